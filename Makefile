@@ -1,0 +1,35 @@
+# Two commands for readers and CI (see README.md):
+#   make book   set up .venv, install everything, build the website into _build/html
+#   make test   set up .venv, install everything, run the tests and nbval over book/
+# PYTHON picks the interpreter for the virtual environment (3.11 or 3.12).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+NOTEBOOKS := $(wildcard book/*.ipynb)
+
+.PHONY: book test notebooks clean
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install -r requirements.txt
+	# d2l 1.0.3 pins numpy 1.23.5 and more, which fail on Python 3.12: no deps;
+	# its runtime imports are in requirements.txt.
+	$(BIN)/python -m pip install --no-deps d2l==1.0.3
+	$(BIN)/python -m pip install --no-deps --no-build-isolation -e .
+	touch $@
+
+book: $(VENV)/.installed
+	$(BIN)/jupyter-book build . -W -n --keep-going
+
+test: $(VENV)/.installed
+	BOOK_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider tests book \
+	  --nbval --nbval-current-env --nbval-cell-timeout=600 \
+	  --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+# For authors: re-run every chapter with the ci profile and commit the outputs.
+notebooks: $(VENV)/.installed
+	BOOK_PROFILE=ci $(BIN)/jupyter-execute --inplace --timeout=900 $(NOTEBOOKS)
+
+clean:
+	rm -rf _build

@@ -1,0 +1,26 @@
+"""Run one benchmark: ``python -m companion.bench NAME [options]`` (``--help`` lists them)."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+from . import available
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    names = available()
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: python -m companion.bench NAME [options]\n\nbenchmarks:")
+        for name in names:
+            doc = (importlib.import_module(f"{__package__}.{name}").__doc__ or "").strip().splitlines()
+            print(f"  {name:<12} {doc[0] if doc else ''}")
+        return 0
+    if argv[0] not in names:
+        print(f"unknown benchmark {argv[0]!r}; available: {', '.join(names)}", file=sys.stderr)
+        return 2
+    return importlib.import_module(f"{__package__}.{argv[0]}").main(argv[1:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

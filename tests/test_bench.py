@@ -1,0 +1,31 @@
+import subprocess
+import sys
+
+import pytest
+
+from companion.bench import available, time_median
+from companion.bench.loop import measure
+
+pytestmark = pytest.mark.ch1
+
+
+def test_time_median_and_bad_repeats():
+    assert time_median(lambda: None, repeats=3) >= 0
+    with pytest.raises(ValueError, match="repeats"):
+        time_median(lambda: None, repeats=0)
+
+
+def test_loop_benchmark_measures_both_loops():
+    result = measure("ci", rounds=1)
+    assert set(result) == {"device-resident", "DataLoader"}
+    for sec, efficiency in result.values():
+        assert sec > 0 and 0 < efficiency <= 1
+
+
+def test_cli_lists_benchmarks_and_rejects_unknown_ones():
+    out = subprocess.run([sys.executable, "-m", "companion.bench", "--help"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and "loop" in out.stdout and "loop" in available()
+    bad = subprocess.run([sys.executable, "-m", "companion.bench", "nope"], capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "unknown benchmark 'nope'" in bad.stderr

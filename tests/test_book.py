@@ -1,0 +1,95 @@
+"""The book's conventions, checked from the files: config, table of contents, notebooks."""
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+import companion
+
+pytestmark = pytest.mark.book
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
+NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
+
+
+def toc_files(node) -> list[str]:
+    files = [node["file"]] if "file" in node else []
+    for key in ("chapters", "parts", "sections"):
+        for child in node.get(key, []):
+            files += toc_files(child)
+    if "root" in node:
+        files.append(node["root"])
+    return files
+
+
+def load(nb_path: Path) -> dict:
+    return json.loads(nb_path.read_text())
+
+
+def code_cells(nb: dict) -> list[dict]:
+    return [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def test_config_builds_from_committed_outputs_with_colab_buttons():
+    assert CONFIG["execute"]["execute_notebooks"] == "off"
+    assert CONFIG["execute"]["timeout"] > 0 and CONFIG["sphinx"]["config"]["nb_execution_timeout"] > 0
+    assert CONFIG["only_build_toc_files"] is True
+    assert CONFIG["launch_buttons"]["colab_url"] == "https://colab.research.google.com"
+    assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", CONFIG["repository"]["url"])
+    assert CONFIG["repository"]["path_to_book"] == ""  # notebooks' repo paths are their toc paths
+    for excluded in ("_build", "tests", "companion", ".venv"):
+        assert excluded in CONFIG["exclude_patterns"]
+
+
+def test_every_toc_entry_exists_and_every_chapter_is_listed():
+    listed = toc_files(TOC)
+    for entry in listed:
+        assert any((ROOT / f"{entry}{ext}").exists() for ext in (".ipynb", ".md")), entry
+    for nb in NOTEBOOKS:
+        assert nb.relative_to(ROOT).with_suffix("").as_posix() in listed, f"{nb.name} is not in _toc.yml"
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
+def test_first_code_cell_installs_companion_in_colab_from_the_configured_repo(nb_path):
+    first = code_cells(load(nb_path))[0]
+    src = "".join(first["source"])
+    assert 'if "google.colab" in sys.modules:' in src
+    assert f'"companion @ git+{CONFIG["repository"]["url"]}"' in src
+    assert "remove-cell" in first["metadata"].get("tags", [])
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
+def test_outputs_are_committed_fresh_and_clean(nb_path):
+    cells = code_cells(load(nb_path))
+    counts = [c["execution_count"] for c in cells]
+    assert counts == list(range(1, len(cells) + 1)), "re-run the whole notebook with BOOK_PROFILE=ci"
+    for cell in cells:
+        for out in cell["outputs"]:
+            assert out["output_type"] != "error", "".join(cell["source"])
+            if out.get("name") == "stderr":
+                pytest.fail(f"stderr in committed output (warnings break nbval): {''.join(out['text'])[:200]}")
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebooks_show_package_code_instead_of_retyping_it(nb_path):
+    package_names = set()
+    for f in Path(companion.__file__).parent.rglob("*.py"):
+        tree = ast.parse(f.read_text())
+        package_names |= {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    for cell in code_cells(load(nb_path)):
+        for name in re.findall(r"^\s*(?:def|class)\s+(\w+)", "".join(cell["source"]), re.M):
+            assert name not in package_names, f"{nb_path.name} redefines companion's {name}"
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
+def test_ignored_outputs_give_a_reason(nb_path):
+    for cell in code_cells(load(nb_path)):
+        lines = "".join(cell["source"]).splitlines()
+        for i, line in enumerate(lines):
+            if line.strip() == "# NBVAL_IGNORE_OUTPUT":
+                assert i + 1 < len(lines) and lines[i + 1].startswith("# (reason:"), lines
