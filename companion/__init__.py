@@ -1,4 +1,4 @@
-"""companion: the tested code of the book *Data-parallel training in PyTorch, from scratch*.
+"""companion: the tested code of *Data-parallel training in PyTorch, from scratch*.
 
 Each module holds one topic and names the chapter that uses it:
 
@@ -13,13 +13,34 @@ Each module holds one topic and names the chapter that uses it:
 ``bench``           benchmarks: ``python -m companion.bench --help``
 ==================  ==========================================================
 """
-from .devices import backend_for, describe_devices, gpu_count, hardware_label, try_devices
+
+from .devices import (
+    backend_for,
+    describe_devices,
+    gpu_count,
+    hardware_label,
+    try_devices,
+)
 from .profiles import PROFILES, Profile, describe_setup, get_profile
 from .results import Record, load_records, plot_scaling, save_records, summarize
 from .show import show
 
 __version__ = "0.1.0"
 
-__all__ = ["backend_for", "describe_devices", "gpu_count", "hardware_label", "try_devices",
-           "PROFILES", "Profile", "describe_setup", "get_profile", "Record", "load_records", "plot_scaling",
-           "save_records", "summarize", "show"]
+__all__ = [
+    "backend_for",
+    "describe_devices",
+    "gpu_count",
+    "hardware_label",
+    "try_devices",
+    "PROFILES",
+    "Profile",
+    "describe_setup",
+    "get_profile",
+    "Record",
+    "load_records",
+    "plot_scaling",
+    "save_records",
+    "summarize",
+    "show",
+]

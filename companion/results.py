@@ -3,6 +3,7 @@
 Used in: every chapter. Every training function of the package returns a
 list of :class:`Record`; :func:`plot_scaling` draws any such list.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ __all__ = ["Record", "save_records", "load_records", "summarize", "plot_scaling"
 
 @dataclass
 class Record:
-    """What one epoch of one method on ``n_devices`` devices produced, and on what hardware."""
+    """What one epoch of a method on ``n_devices`` devices gave, with its hardware."""
 
     method: str
     n_devices: int
@@ -64,24 +65,34 @@ def _by_run(records: Sequence[Record]) -> dict[tuple[str, int], list[Record]]:
 
 def _throughput(runs: Sequence[Record]) -> float:
     """Samples per second over several epochs: all samples over all seconds."""
-    return sum(r.samples_per_sec * r.sec_per_epoch for r in runs) / sum(r.sec_per_epoch for r in runs)
+    return sum(r.samples_per_sec * r.sec_per_epoch for r in runs) / sum(
+        r.sec_per_epoch for r in runs
+    )
 
 
 def summarize(records: Sequence[Record]) -> str:
-    """A text table: per method and device count, final test accuracy, mean s/epoch, samples/s."""
-    lines = [f"{'method':<28} {'devices':>7} {'epochs':>6} {'test acc':>8} {'s/epoch':>8} {'samples/s':>10}"]
+    """A table per method and device count: final accuracy, mean s/epoch, samples/s."""
+    lines = [
+        f"{'method':<28} {'devices':>7} {'epochs':>6} {'test acc':>8} "
+        f"{'s/epoch':>8} {'samples/s':>10}"
+    ]
     for (method, n), runs in _by_run(records).items():
         last = max(runs, key=lambda r: r.epoch)
-        lines.append(f"{method:<28} {n:>7} {len(runs):>6} {last.test_acc:>8.3f} "
-                     f"{mean(r.sec_per_epoch for r in runs):>8.3f} "
-                     f"{_throughput(runs):>10,.0f}")
+        lines.append(
+            f"{method:<28} {n:>7} {len(runs):>6} {last.test_acc:>8.3f} "
+            f"{mean(r.sec_per_epoch for r in runs):>8.3f} "
+            f"{_throughput(runs):>10,.0f}"
+        )
     labels = sorted({f"{r.hardware}, profile {r.profile}" for r in records})
     lines.append("measured on: " + "; ".join(labels))
     return "\n".join(lines)
 
 
-def plot_scaling(records: Sequence[Record], device_counts: Sequence[int] | None = None,
-                 title: str | None = None):
+def plot_scaling(
+    records: Sequence[Record],
+    device_counts: Sequence[int] | None = None,
+    title: str | None = None,
+):
     """Two panels against device count: final test accuracy, and seconds per epoch.
 
     One line per method. Seconds per epoch is the mean over epochs, with a bar
@@ -101,10 +112,16 @@ def plot_scaling(records: Sequence[Record], device_counts: Sequence[int] | None 
         finals = [max(runs[method, n], key=lambda r: r.epoch).test_acc for n in ns]
         secs = [[r.sec_per_epoch for r in runs[method, n]] for n in ns]
         means = [mean(s) for s in secs]
-        spread = [[m - min(s) for m, s in zip(means, secs)], [max(s) - m for m, s in zip(means, secs)]]
+        spread = [
+            [m - min(s) for m, s in zip(means, secs)],
+            [max(s) - m for m, s in zip(means, secs)],
+        ]
         ax_acc.plot(ns, finals, "o-", label=method)
         ax_time.errorbar(ns, means, yerr=spread, fmt="o-", capsize=3, label=method)
-    for ax, ylabel in ((ax_acc, "test accuracy (last epoch)"), (ax_time, "seconds per epoch")):
+    for ax, ylabel in (
+        (ax_acc, "test accuracy (last epoch)"),
+        (ax_time, "seconds per epoch"),
+    ):
         ax.set_xticks(counts)
         ax.set_xlim(min(counts) - 0.5, max(counts) + 0.5)
         ax.set_xlabel("number of devices")

@@ -4,6 +4,7 @@ Used in: every chapter. The book never retypes package code: it shows it.
 The listing is plain text fixed by the source, so nbval fails as soon as the
 package changes and the notebook has not been re-run.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -38,10 +39,15 @@ def show(obj) -> Source:
         code = inspect.getsource(target)
         path = Path(inspect.getsourcefile(target)).resolve()
     except (TypeError, OSError) as err:
-        raise TypeError(f"show() needs a function, class, method or module with Python source, "
-                        f"got {type(obj).__name__}: {err}") from err
+        raise TypeError(
+            f"show() needs a function, class, method or module with Python source, "
+            f"got {type(obj).__name__}: {err}"
+        ) from err
     try:
         origin = path.relative_to(_PACKAGE_ROOT).as_posix()
     except ValueError:
         origin = path.name
-    return Source(inspect.cleandoc("\n" + code) + "\n" if code.startswith((" ", "\t")) else code, origin)
+    return Source(
+        inspect.cleandoc("\n" + code) + "\n" if code.startswith((" ", "\t")) else code,
+        origin,
+    )

@@ -2,6 +2,7 @@
 
 Used in: chapter 1, and as the reference every parallel method is compared with.
 """
+
 from __future__ import annotations
 
 import copy
@@ -16,8 +17,17 @@ from .devices import hardware_label
 from .profiles import Profile, get_profile
 from .results import Record
 
-__all__ = ["set_seed", "synchronize", "Timer", "accuracy", "evaluate_accuracy", "train_step",
-           "train_epoch", "warm_up", "train"]
+__all__ = [
+    "set_seed",
+    "synchronize",
+    "Timer",
+    "accuracy",
+    "evaluate_accuracy",
+    "train_step",
+    "train_epoch",
+    "warm_up",
+    "train",
+]
 
 
 def set_seed(seed: int) -> None:
@@ -68,8 +78,10 @@ def accuracy(y_hat: torch.Tensor, y: torch.Tensor) -> int:
 
 
 @torch.no_grad()
-def evaluate_accuracy(net: nn.Module, data_iter: Iterable, device: torch.device | str = "cpu") -> float:
-    """Fraction of correctly classified examples in ``data_iter`` (model in eval mode)."""
+def evaluate_accuracy(
+    net: nn.Module, data_iter: Iterable, device: torch.device | str = "cpu"
+) -> float:
+    """Fraction of examples in ``data_iter`` classified correctly (in eval mode)."""
     was_training = net.training
     net.eval()
     correct = total = 0
@@ -83,8 +95,13 @@ def evaluate_accuracy(net: nn.Module, data_iter: Iterable, device: torch.device 
     return correct / total
 
 
-def train_step(net: nn.Module, X: torch.Tensor, y: torch.Tensor, loss_fn: nn.Module,
-               optimizer: torch.optim.Optimizer) -> torch.Tensor:
+def train_step(
+    net: nn.Module,
+    X: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: nn.Module,
+    optimizer: torch.optim.Optimizer,
+) -> torch.Tensor:
     """One minibatch SGD step; returns the (detached) mean loss of the batch."""
     optimizer.zero_grad(set_to_none=True)
     loss = loss_fn(net(X), y)
@@ -93,9 +110,14 @@ def train_step(net: nn.Module, X: torch.Tensor, y: torch.Tensor, loss_fn: nn.Mod
     return loss.detach()
 
 
-def train_epoch(net: nn.Module, train_iter: Iterable, loss_fn: nn.Module,
-                optimizer: torch.optim.Optimizer, device: torch.device | str,
-                progress=None) -> tuple[float, int]:
+def train_epoch(
+    net: nn.Module,
+    train_iter: Iterable,
+    loss_fn: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device | str,
+    progress=None,
+) -> tuple[float, int]:
     """One pass over ``train_iter``; returns ``(mean training loss, samples seen)``.
 
     The loss is summed on the device and read once at the end: calling
@@ -113,7 +135,9 @@ def train_epoch(net: nn.Module, train_iter: Iterable, loss_fn: nn.Module,
     return float(loss_sum) / max(n, 1), n
 
 
-def warm_up(net: nn.Module, X: torch.Tensor, y: torch.Tensor, lr: float, steps: int = 3) -> None:
+def warm_up(
+    net: nn.Module, X: torch.Tensor, y: torch.Tensor, lr: float, steps: int = 3
+) -> None:
     """Run ``steps`` training steps on a throw-away copy of ``net``.
 
     The first steps on a device pay one-off costs (memory allocation, kernel
@@ -130,10 +154,22 @@ def warm_up(net: nn.Module, X: torch.Tensor, y: torch.Tensor, lr: float, steps: 
     synchronize(X.device)
 
 
-def train(net: nn.Module, train_iter, test_iter, *, epochs: int, lr: float,
-          device: torch.device | str = "cpu", method: str = "1 device", n_devices: int = 1,
-          profile: Profile | str | None = None, model_name: str = "", dataset: str = "",
-          warmup_steps: int = 3, progress: bool | None = None) -> list[Record]:
+def train(
+    net: nn.Module,
+    train_iter,
+    test_iter,
+    *,
+    epochs: int,
+    lr: float,
+    device: torch.device | str = "cpu",
+    method: str = "1 device",
+    n_devices: int = 1,
+    profile: Profile | str | None = None,
+    model_name: str = "",
+    dataset: str = "",
+    warmup_steps: int = 3,
+    progress: bool | None = None,
+) -> list[Record]:
     """Train ``net`` on one device with minibatch SGD; one :class:`Record` per epoch.
 
     Each epoch is timed whole with :class:`Timer` (evaluation excluded);
@@ -155,17 +191,35 @@ def train(net: nn.Module, train_iter, test_iter, *, epochs: int, lr: float,
     bar = None
     if show_bar:
         from tqdm import tqdm
-        bar = tqdm(total=epochs * len(train_iter), desc=f"{method}, {n_devices} device(s)", leave=False)
+
+        bar = tqdm(
+            total=epochs * len(train_iter),
+            desc=f"{method}, {n_devices} device(s)",
+            leave=False,
+        )
     records, label = [], hardware_label()
     try:
         for epoch in range(1, epochs + 1):
             with Timer(device) as t:
-                train_loss, n = train_epoch(net, train_iter, loss_fn, optimizer, device, bar)
+                train_loss, n = train_epoch(
+                    net, train_iter, loss_fn, optimizer, device, bar
+                )
             test_acc = evaluate_accuracy(net, test_iter, device)
-            records.append(Record(method=method, n_devices=n_devices, epoch=epoch, test_acc=test_acc,
-                                  sec_per_epoch=t.seconds, samples_per_sec=n / t.seconds,
-                                  train_loss=train_loss, hardware=label, profile=profile.name,
-                                  model=model_name, dataset=dataset))
+            records.append(
+                Record(
+                    method=method,
+                    n_devices=n_devices,
+                    epoch=epoch,
+                    test_acc=test_acc,
+                    sec_per_epoch=t.seconds,
+                    samples_per_sec=n / t.seconds,
+                    train_loss=train_loss,
+                    hardware=label,
+                    profile=profile.name,
+                    model=model_name,
+                    dataset=dataset,
+                )
+            )
     finally:
         if bar is not None:
             bar.close()

@@ -5,6 +5,7 @@ is one benchmark with a ``main(argv)``; every ratio it prints is measured in
 one run (both sides timed in the same process, interleaved), because
 machines are too noisy for numbers taken at different times to be compared.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -16,9 +17,10 @@ from ..train import synchronize
 __all__ = ["time_median", "available"]
 
 
-def time_median(fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1,
-                device=None) -> float:
-    """Median wall time of ``fn()`` in seconds over ``repeats`` runs, after ``warmup`` untimed runs."""
+def time_median(
+    fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1, device=None
+) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` runs, after ``warmup`` untimed."""
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     for _ in range(warmup):
@@ -37,4 +39,6 @@ def available() -> list[str]:
     """Names of the benchmarks in this package."""
     import pkgutil
 
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
+    return sorted(
+        m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")
+    )

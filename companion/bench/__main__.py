@@ -1,4 +1,5 @@
-"""Run one benchmark: ``python -m companion.bench NAME [options]`` (``--help`` lists them)."""
+"""Run a benchmark: ``python -m companion.bench NAME [options]`` (see ``--help``)."""
+
 from __future__ import annotations
 
 import importlib
@@ -13,11 +14,18 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print("usage: python -m companion.bench NAME [options]\n\nbenchmarks:")
         for name in names:
-            doc = (importlib.import_module(f"{__package__}.{name}").__doc__ or "").strip().splitlines()
+            doc = (
+                (importlib.import_module(f"{__package__}.{name}").__doc__ or "")
+                .strip()
+                .splitlines()
+            )
             print(f"  {name:<12} {doc[0] if doc else ''}")
         return 0
     if argv[0] not in names:
-        print(f"unknown benchmark {argv[0]!r}; available: {', '.join(names)}", file=sys.stderr)
+        print(
+            f"unknown benchmark {argv[0]!r}; available: {', '.join(names)}",
+            file=sys.stderr,
+        )
         return 2
     return importlib.import_module(f"{__package__}.{argv[0]}").main(argv[1:]) or 0
 

@@ -1,4 +1,4 @@
-"""Chapter 1: seconds per epoch of the DataLoader and device-resident loops, and loop efficiency.
+"""Chapter 1: loop efficiency of the DataLoader and the device-resident loops.
 
 Loop efficiency = pure compute time / epoch time, both measured in the same
 epoch: the clock runs around the whole epoch and, separately, around each
@@ -6,6 +6,7 @@ training step (forward, backward, update, device synchronised), and pure
 compute is the sum of the step times. What is left is the cost of producing
 minibatches. The two loops are timed in interleaved rounds, in one run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,7 @@ from ..train import Timer, set_seed, synchronize, train_step
 
 
 def timed_epoch(net, iterator, loss_fn, opt, device) -> tuple[float, float]:
-    """One training epoch; returns ``(epoch seconds, seconds inside training steps)``."""
+    """One training epoch; returns ``(epoch seconds, seconds inside the steps)``."""
     compute = 0.0
     with Timer(device) as epoch:
         for X, y in iterator:
@@ -36,8 +37,10 @@ def timed_epoch(net, iterator, loss_fn, opt, device) -> tuple[float, float]:
     return epoch.seconds, compute
 
 
-def measure(profile_name: str | None = None, rounds: int = 5) -> dict[str, tuple[float, float]]:
-    """Per loop: median seconds per epoch and median loop efficiency over ``rounds`` rounds."""
+def measure(
+    profile_name: str | None = None, rounds: int = 5
+) -> dict[str, tuple[float, float]]:
+    """Per loop: median s/epoch and median loop efficiency over ``rounds`` rounds."""
     profile = get_profile(profile_name)
     device = try_devices(1, verbose=False)[0]
     data = load_data(profile, verbose=False)
@@ -45,28 +48,47 @@ def measure(profile_name: str | None = None, rounds: int = 5) -> dict[str, tuple
     net = get_model(profile.model).to(device)
     loss_fn = nn.CrossEntropyLoss()
     opt = torch.optim.SGD(net.parameters(), lr=profile.lr)
-    loops = {"device-resident": DeviceLoader(data.train, profile.batch_size, device, seed=0),
-             "DataLoader": data_loader(data.train, profile.batch_size, seed=0)}
+    loops = {
+        "device-resident": DeviceLoader(data.train, profile.batch_size, device, seed=0),
+        "DataLoader": data_loader(data.train, profile.batch_size, seed=0),
+    }
     for iterator in loops.values():  # warm-up round, untimed
         timed_epoch(net, iterator, loss_fn, opt, device)
     seen: dict[str, list[tuple[float, float]]] = {name: [] for name in loops}
     for _ in range(rounds):
         for name, iterator in loops.items():
             seen[name].append(timed_epoch(net, iterator, loss_fn, opt, device))
-    return {name: (statistics.median(e for e, _ in runs), statistics.median(c / e for e, c in runs))
-            for name, runs in seen.items()}
+    return {
+        name: (
+            statistics.median(e for e, _ in runs),
+            statistics.median(c / e for e, c in runs),
+        )
+        for name, runs in seen.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m companion.bench loop", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", default=None, help="ci, cpu or gpu (default: $BOOK_PROFILE or the hardware)")
-    parser.add_argument("--rounds", type=int, default=5, help="timed rounds per loop (median reported)")
+    parser = argparse.ArgumentParser(
+        prog="python -m companion.bench loop",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--profile",
+        default=None,
+        help="ci, cpu or gpu (default: $BOOK_PROFILE or the hardware)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="timed rounds per loop (median reported)"
+    )
     args = parser.parse_args(argv)
     profile = get_profile(args.profile)
     secs = measure(profile.name, args.rounds)
-    print(f"loop benchmark: profile '{profile.name}', {hardware_label()}, "
-          f"model {profile.model}, batch {profile.batch_size}, median of {args.rounds} epochs")
+    print(
+        f"loop benchmark: profile '{profile.name}', {hardware_label()}, "
+        f"model {profile.model}, batch {profile.batch_size}, "
+        f"median of {args.rounds} epochs"
+    )
     for name, (sec, eff) in secs.items():
         print(f"  {name:<16} {sec:8.4f} s/epoch   loop efficiency {eff:5.3f}")
     return 0
