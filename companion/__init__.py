@@ -10,6 +10,8 @@ Each module holds one topic and names the chapter that uses it:
 ``train``           one-device training, evaluation, honest timing
 ``results``         per-epoch records, summary table, ``plot_scaling``
 ``show``            the package's own source, rendered in a notebook
+``split``           ch. 2: a batch split by hand across devices, in one process
+``split_fast``      ch. 2: the same step with fewer, fused operations
 ``bench``           benchmarks: ``python -m companion.bench --help``
 ==================  ==========================================================
 """

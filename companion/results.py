@@ -92,11 +92,15 @@ def plot_scaling(
     records: Sequence[Record],
     device_counts: Sequence[int] | None = None,
     title: str | None = None,
+    min_acc_span: float = 0.1,
 ):
     """Two panels against device count: final test accuracy, and seconds per epoch.
 
-    One line per method. Seconds per epoch is the mean over epochs, with a bar
-    from the fastest to the slowest epoch. ``device_counts`` fixes the x axis
+    One line per method, each with its own marker and dash so that methods
+    with equal results stay visible. Seconds per epoch is the mean over
+    epochs, with a bar from the fastest to the slowest epoch. The accuracy
+    axis spans at least ``min_acc_span``, so that tiny differences are not
+    blown up into a steep-looking plot, and stays within [0, 1.01]. ``device_counts`` fixes the x axis
     (e.g. ``(1, 2, 4)`` before any multi-device result exists). The title
     names the hardware and profile of the records. Returns the figure.
     """
@@ -107,7 +111,9 @@ def plot_scaling(
     runs = _by_run(records)
     counts = sorted(set(device_counts or ()) | {n for _, n in runs})
     fig, (ax_acc, ax_time) = plt.subplots(1, 2, figsize=(9, 3.4))
-    for method in dict.fromkeys(m for m, _ in runs):
+    styles = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--")]
+    for i, method in enumerate(dict.fromkeys(m for m, _ in runs)):
+        marker, dash = styles[i % len(styles)]
         ns = sorted(n for m, n in runs if m == method)
         finals = [max(runs[method, n], key=lambda r: r.epoch).test_acc for n in ns]
         secs = [[r.sec_per_epoch for r in runs[method, n]] for n in ns]
@@ -116,8 +122,9 @@ def plot_scaling(
             [m - min(s) for m, s in zip(means, secs)],
             [max(s) - m for m, s in zip(means, secs)],
         ]
-        ax_acc.plot(ns, finals, "o-", label=method)
-        ax_time.errorbar(ns, means, yerr=spread, fmt="o-", capsize=3, label=method)
+        style = dict(marker=marker, linestyle=dash, label=method)
+        ax_acc.plot(ns, finals, **style)
+        ax_time.errorbar(ns, means, yerr=spread, capsize=3, **style)
     for ax, ylabel in (
         (ax_acc, "test accuracy (last epoch)"),
         (ax_time, "seconds per epoch"),
@@ -128,6 +135,10 @@ def plot_scaling(
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     ax_time.set_ylim(bottom=0)
+    low, high = ax_acc.get_ylim()
+    span = min(max(high - low, min_acc_span), 1.02)
+    low = min(max(0.0, (low + high - span) / 2), 1.01 - span)
+    ax_acc.set_ylim(low, low + span)
     ax_acc.legend(fontsize=8)
     labels = sorted({f"{r.hardware}, profile '{r.profile}'" for r in records})
     fig.suptitle(title or "; ".join(labels), fontsize=10)

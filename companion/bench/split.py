@@ -1,0 +1,191 @@
+"""Chapter 2: a batch split by hand over 2 devices vs one device; where the time goes.
+
+All sides train the same model on the same minibatches (the profile's global
+batch size): one device with ``companion.train.train_step``, and ``k`` devices
+with ``companion.split.train_batch`` (naive) and
+``companion.split_fast.train_batch_foreach`` (foreach). They take turns step by
+step in one run, the order rotating, every step timed with the devices
+synchronised; ratios of the median step times are printed. Instrumented runs
+then time the phases of both split steps one by one, to show where the time
+goes; the one-off cost of ``replicate`` is measured apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..data import DeviceLoader, load_data
+from ..devices import describe_devices, hardware_label, try_devices
+from ..models import get_model
+from ..profiles import get_profile
+from ..split import (
+    allreduce_grads,
+    forward_backward,
+    replicate,
+    sgd,
+    split_batch,
+    synchronize_all,
+    train_batch,
+)
+from ..split_fast import (
+    allreduce_grads_foreach,
+    forward_backward_once,
+    sgd_foreach,
+    train_batch_foreach,
+)
+from ..train import set_seed, train_step
+from . import time_median
+
+PHASES = ("split_batch", "forward_backward", "allreduce_grads", "sgd")
+VERSIONS = {
+    "naive": (forward_backward, allreduce_grads, sgd),
+    "foreach": (forward_backward_once, allreduce_grads_foreach, sgd_foreach),
+}
+TARGET = 1.25  # the ci profile's goal for the foreach split over one device
+
+
+@dataclass
+class SplitTimes:
+    """Median seconds per training step and per phase of a split step."""
+
+    step: dict[str, float]  # "one device", "naive", "foreach"
+    phases: dict[str, dict[str, float]]  # version -> phase -> seconds
+    replicate: float
+    n_devices: int
+    batch_size: int
+    steps: int
+
+    def ratio(self, version: str) -> float:
+        """Seconds per step split by hand (``version``) over seconds on one device."""
+        return self.step[version] / self.step["one device"]
+
+
+def phase_times(batches, replicas, devices, lr: float, version: str) -> dict[str, list]:
+    """Seconds in each phase of a split step (``version``), one entry per batch."""
+    fwd_bwd, reduce_grads, update = VERSIONS[version]
+    loss = nn.CrossEntropyLoss(reduction="none")
+    spent = {name: [] for name in PHASES}
+
+    def clock(name, fn, *args):
+        synchronize_all(devices)
+        start = time.perf_counter()
+        out = fn(*args)
+        synchronize_all(devices)
+        spent[name].append(time.perf_counter() - start)
+        return out
+
+    for X, y in batches:
+        X_shards, y_shards = clock("split_batch", split_batch, X, y, devices)
+        clock("forward_backward", fwd_bwd, replicas, X_shards, y_shards, len(y), loss)
+        clock("allreduce_grads", reduce_grads, replicas)
+        clock("sgd", lambda: [update(net.parameters(), lr) for net in replicas])
+    return spent
+
+
+def measure(
+    profile_name: str | None = None,
+    rounds: int = 5,
+    steps: int | None = None,
+    n_devices: int = 2,
+) -> SplitTimes:
+    """Time ``rounds`` passes over ``steps`` minibatches (default: one epoch)."""
+    profile = get_profile(profile_name)
+    devices = try_devices(n_devices, verbose=False)
+    data = load_data(profile, verbose=False)
+    loader = DeviceLoader(data.train, profile.batch_size, devices[0], seed=0)
+    batches = list(loader)[: steps or len(loader)]
+    set_seed(0)
+    net = get_model(profile.model).to(devices[0])
+    opt = torch.optim.SGD(net.parameters(), lr=profile.lr)
+    loss_fn = nn.CrossEntropyLoss()
+    naive, fast = replicate(net, devices), replicate(net, devices)
+    timed = {version: replicate(net, devices) for version in VERSIONS}
+    sides = {
+        "one device": lambda X, y: train_step(net, X, y, loss_fn, opt),
+        "naive": lambda X, y: train_batch(X, y, naive, devices, profile.lr),
+        "foreach": lambda X, y: train_batch_foreach(X, y, fast, devices, profile.lr),
+    }
+    seen = {name: [] for name in sides}
+    phases = {version: {name: [] for name in PHASES} for version in VERSIONS}
+    for X, y in batches[:3]:  # warm-up, untimed
+        for step in sides.values():
+            step(X, y)
+    for version in VERSIONS:
+        phase_times(batches[:3], timed[version], devices, profile.lr, version)
+    names = list(sides)
+    for r in range(rounds):
+        for i, (X, y) in enumerate(batches):
+            shift = (r + i) % len(names)  # rotate who goes first
+            for name in names[shift:] + names[:shift]:
+                synchronize_all(devices)
+                start = time.perf_counter()
+                sides[name](X, y)
+                synchronize_all(devices)
+                seen[name].append(time.perf_counter() - start)
+        for version in VERSIONS:
+            spent = phase_times(batches, timed[version], devices, profile.lr, version)
+            for name, secs in spent.items():
+                phases[version][name] += secs
+    return SplitTimes(
+        step={name: statistics.median(secs) for name, secs in seen.items()},
+        phases={
+            version: {name: statistics.median(secs) for name, secs in spent.items()}
+            for version, spent in phases.items()
+        },
+        replicate=time_median(
+            lambda: replicate(net, devices), repeats=rounds, device=devices[0]
+        ),
+        n_devices=n_devices,
+        batch_size=profile.batch_size,
+        steps=len(batches),
+    )
+
+
+def report(t: SplitTimes) -> str:
+    """The measurement as text: step times, ratios, phases of both split steps."""
+    k = t.n_devices
+    lines = [
+        f"  one device                  {t.step['one device'] * 1e3:6.2f} ms/step",
+        f"  split by hand, naive   ({k})  {t.step['naive'] * 1e3:6.2f} ms/step"
+        f"   ratio {t.ratio('naive'):.2f}",
+        f"  split by hand, foreach ({k})  {t.step['foreach'] * 1e3:6.2f} ms/step"
+        f"   ratio {t.ratio('foreach'):.2f}  (target in the ci profile: <= {TARGET})",
+        "  where a split step's time goes (median ms per phase, instrumented runs):",
+        f"    {'':<18}{'naive':>8}{'foreach':>9}",
+    ]
+    for name in PHASES:
+        naive, fast = (t.phases[v][name] * 1e3 for v in VERSIONS)
+        lines.append(f"    {name:<18}{naive:8.3f}{fast:9.3f}")
+    lines.append(f"  replicate (once per training run): {t.replicate * 1e3:.2f} ms")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m companion.bench split",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--profile", default=None, help="ci, cpu or gpu (default: from the environment)"
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="passes over the steps")
+    parser.add_argument("--steps", type=int, default=None, help="default: one epoch")
+    parser.add_argument("--devices", type=int, default=2, help="devices to split over")
+    args = parser.parse_args(argv)
+    profile = get_profile(args.profile)
+    t = measure(profile.name, args.rounds, args.steps, args.devices)
+    devices = describe_devices(try_devices(args.devices, verbose=False))
+    print(
+        f"split benchmark: profile '{profile.name}', {hardware_label()}, model "
+        f"{profile.model}, global batch {t.batch_size}, {args.rounds} rounds of "
+        f"{t.steps} steps\n  devices: {devices}"
+    )
+    print(report(t))
+    return 0
