@@ -12,6 +12,9 @@ Each module holds one topic and names the chapter that uses it:
 ``show``            the package's own source, rendered in a notebook
 ``split``           ch. 2: a batch split by hand across devices, in one process
 ``split_fast``      ch. 2: the same step with fewer, fused operations
+``dataparallel``    ch. 4: ``nn.DataParallel``'s forward pass rebuilt in four steps
+``dataparallel_train``  ch. 4: concise training with ``nn.DataParallel``
+``dataparallel_pitfalls``  ch. 4: helpers for its pitfalls (devices, saving, loss)
 ``bench``           benchmarks: ``python -m companion.bench --help``
 ==================  ==========================================================
 """

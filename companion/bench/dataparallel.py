@@ -1,0 +1,157 @@
+"""Chapter 4: DataParallel vs one device across batch sizes (small batches are slower).
+
+For each batch size, the same minibatches train the profile's model on one
+device (chapter 1's ``train_step``) and through ``DataParallelByHand`` on
+``k`` devices (and ``nn.DataParallel`` too, on ``k`` distinct GPUs). The sides
+take turns step by step in one run, the order rotating and every round
+visiting every batch size, each step timed with the devices synchronised; the
+ratio of median step times (wrapper over one device) is printed per batch
+size: above 1 means slower than one device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..data import load_data
+from ..dataparallel import DataParallelByHand
+from ..devices import describe_devices, hardware_label, try_devices
+from ..models import get_model
+from ..profiles import get_profile
+from ..split import synchronize_all
+from ..train import set_seed, train_step
+
+BATCH_SIZES = (8, 32, 128, 512)
+
+
+@dataclass
+class SweepRow:
+    """Median seconds per training step of every side, for one batch size."""
+
+    batch_size: int
+    seconds: dict[str, float]  # side -> median s/step; "1 device" is the baseline
+
+    def ratio(self, side: str) -> float:
+        """Seconds per step of ``side`` over seconds per step on one device."""
+        return self.seconds[side] / self.seconds["1 device"]
+
+
+def _sides(model: str, devices: list[torch.device]) -> dict[str, nn.Module]:
+    """The models to time, all starting from the same weights, by side name."""
+    set_seed(0)
+    base = get_model(model).to(devices[0])
+    k = len(devices)
+    nets = {
+        "1 device": base,
+        f"by hand ({k})": DataParallelByHand(copy.deepcopy(base), devices),
+    }
+    if len(set(devices)) == k and devices[0].type == "cuda":
+        nets[f"nn.DataParallel ({k})"] = nn.DataParallel(
+            copy.deepcopy(base), device_ids=devices
+        )
+    return nets
+
+
+def measure(
+    profile_name: str | None = None,
+    batch_sizes: tuple[int, ...] = BATCH_SIZES,
+    steps: int = 6,
+    rounds: int = 5,
+    n_devices: int = 2,
+) -> list[SweepRow]:
+    """Median seconds per step of every side, ``rounds`` x ``steps`` per batch size.
+
+    Every round visits every batch size, so a burst of load on a shared machine
+    hits all batch sizes alike instead of one of them.
+    """
+    profile = get_profile(profile_name)
+    devices = try_devices(n_devices, verbose=False)
+    data = load_data(profile, verbose=False)
+    X_all, y_all = data.train.tensors(devices[0])
+    loss_fn = nn.CrossEntropyLoss()
+    setups = {}
+    for b in batch_sizes:
+        nets = _sides(profile.model, devices)
+        opts = {
+            n: torch.optim.SGD(net.parameters(), lr=profile.lr)
+            for n, net in nets.items()
+        }
+        g = torch.Generator().manual_seed(b)
+        picks = [
+            torch.randint(len(y_all), (b,), generator=g).to(devices[0])
+            for _ in range(steps)
+        ]
+        batches = [(X_all[idx], y_all[idx]) for idx in picks]
+        for X, y in batches[:2]:  # warm-up, untimed
+            for name, net in nets.items():
+                train_step(net, X, y, loss_fn, opts[name])
+        setups[b] = nets, opts, batches
+    seen = {b: {name: [] for name in setups[b][0]} for b in batch_sizes}
+    for r in range(rounds):
+        for b, (nets, opts, batches) in setups.items():
+            names = list(nets)
+            for i, (X, y) in enumerate(batches):
+                shift = (r + i) % len(names)  # rotate who goes first
+                for name in names[shift:] + names[:shift]:
+                    synchronize_all(devices)
+                    start = time.perf_counter()
+                    train_step(nets[name], X, y, loss_fn, opts[name])
+                    synchronize_all(devices)
+                    seen[b][name].append(time.perf_counter() - start)
+    return [
+        SweepRow(b, {name: statistics.median(s) for name, s in seen[b].items()})
+        for b in batch_sizes
+    ]
+
+
+def report(rows: list[SweepRow]) -> str:
+    """The sweep as a table: ms per step of every side, and each wrapper's ratio."""
+    sides = list(rows[0].seconds)
+    widths = [max(len(side), 8) for side in sides]
+    head = f"  {'batch':>5}  " + "  ".join(f"{s:>{w}}" for s, w in zip(sides, widths))
+    lines = [head + "".join(f"  ratio {s}" for s in sides[1:])]
+    for row in rows:
+        line = f"  {row.batch_size:>5}  " + "  ".join(
+            f"{row.seconds[s] * 1e3:>{w - 3}.2f} ms" for s, w in zip(sides, widths)
+        )
+        line += "".join(f"  {row.ratio(s):>{len(s) + 6}.2f}" for s in sides[1:])
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m companion.bench dataparallel",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--profile", default=None, help="ci, cpu or gpu (default: from the environment)"
+    )
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
+    parser.add_argument("--steps", type=int, default=6, help="minibatches per round")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="passes over all batch sizes"
+    )
+    parser.add_argument("--devices", type=int, default=2, help="devices to split over")
+    args = parser.parse_args(argv)
+    profile = get_profile(args.profile)
+    rows = measure(
+        profile.name, tuple(args.batch_sizes), args.steps, args.rounds, args.devices
+    )
+    devices = describe_devices(try_devices(args.devices, verbose=False))
+    print(
+        f"dataparallel benchmark: profile '{profile.name}', {hardware_label()}, model "
+        f"{profile.model}, {args.rounds} rounds of {args.steps} steps per batch size\n"
+        f"  devices: {devices}\n"
+        f"  median ms per training step; ratio = wrapper / 1 device"
+    )
+    print(report(rows))
+    return 0
