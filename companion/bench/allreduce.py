@@ -1,0 +1,73 @@
+"""Chapter 3: bus bandwidth of the hand-written rings vs dist.all_reduce; naive vs ring.
+
+Two processes (by default) all-reduce float32 tensors of 16 MB and more. Each
+round runs every algorithm once, in turn (interleaved); a round's time is the
+slowest rank's, and the median over rounds is reported as bus bandwidth
+(nccl-tests convention: bytes / time * 2 (p - 1) / p). The ratios compare bus
+bandwidths measured in the same run. Target: ring >= 0.8 x dist.all_reduce,
+for the plain ring and the pipelined one.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..costmodel import Measurement, measure_allreduce
+from ..devices import backend_for, hardware_label
+
+ALGORITHMS = ("naive", "ring", "pipelined ring", "dist.all_reduce")
+RINGS = ("ring", "pipelined ring")
+
+
+def measure(
+    world_size: int = 2, megabytes=(16, 64), repeats: int = 9
+) -> dict[int, dict[str, Measurement]]:
+    """Per size in bytes: each algorithm's :class:`~companion.costmodel.Measurement`."""
+    if world_size < 2:
+        raise ValueError(f"bandwidth needs at least 2 processes, got {world_size}")
+    numels = [int(mb * 2**20) // 4 for mb in megabytes]
+    found: dict[int, dict[str, Measurement]] = {}
+    for m in measure_allreduce([world_size], numels, ALGORITHMS, repeats):
+        found.setdefault(m.nbytes, {})[m.algorithm] = m
+    return found
+
+
+def ratios(row: dict[str, Measurement]) -> dict[str, float]:
+    """Bus-bandwidth ratios: each ring over ``dist.all_reduce``, naive over ring."""
+    busbw = {name: m.busbw for name, m in row.items()}
+    found = {
+        f"{ring} / dist.all_reduce": busbw[ring] / busbw["dist.all_reduce"]
+        for ring in RINGS
+    }
+    found["naive / ring"] = busbw["naive"] / busbw["ring"]
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m companion.bench allreduce",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--world-size", type=int, default=2, help="processes (2)")
+    parser.add_argument("--mb", type=float, nargs="+", default=[16, 64], help="sizes")
+    parser.add_argument("--repeats", type=int, default=9, help="timed rounds (9)")
+    args = parser.parse_args(argv)
+    results = measure(args.world_size, args.mb, args.repeats)
+    backend = backend_for(args.world_size)
+    print(f"all-reduce benchmark: {args.world_size} processes ({backend}), float32")
+    print(f"{hardware_label()}; median of {args.repeats} interleaved rounds")
+    for nbytes, row in sorted(results.items()):
+        for name in ALGORITHMS:
+            busbw = row[name].busbw / 1e9
+            print(
+                f"{nbytes / 2**20:>7g} MB  {name:<16} bus bandwidth {busbw:7.3f} GB/s"
+            )
+        print(" " * 11 + ", ".join(f"{k} {v:.2f}" for k, v in ratios(row).items()))
+    for ring in RINGS:
+        worst = min(
+            ratios(row)[f"{ring} / dist.all_reduce"] for row in results.values()
+        )
+        verdict = "met" if worst >= 0.8 else "NOT met"
+        print(f"target {ring} >= 0.8 x dist.all_reduce: {verdict} (lowest {worst:.2f})")
+    return 0
