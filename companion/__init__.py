@@ -2,21 +2,22 @@
 
 Each module holds one topic and names the chapter that uses it:
 
-==================  ==========================================================
-``devices``         real or virtual devices, backend choice, hardware labels
-``profiles``        the ``ci`` / ``cpu`` / ``gpu`` sizes of every chapter
-``data``            Fashion-MNIST, the offline MNIST sample, two iterators
-``models``          LeNet, the small-image ResNet-18, the DDP seed's ConvNet
-``train``           one-device training, evaluation, honest timing
-``results``         per-epoch records, summary table, ``plot_scaling``
-``show``            the package's own source, rendered in a notebook
-``split``           ch. 2: a batch split by hand across devices, in one process
-``split_fast``      ch. 2: the same step with fewer, fused operations
-``dataparallel``    ch. 4: ``nn.DataParallel``'s forward pass rebuilt in four steps
-``dataparallel_train``  ch. 4: concise training with ``nn.DataParallel``
-``dataparallel_pitfalls``  ch. 4: helpers for its pitfalls (devices, saving, loss)
-``bench``           benchmarks: ``python -m companion.bench --help``
-==================  ==========================================================
+* ``devices``: real or virtual devices, backend choice, hardware labels (all)
+* ``profiles``: the ``ci`` / ``cpu`` / ``gpu`` sizes of every chapter (all)
+* ``data``: Fashion-MNIST, the offline MNIST sample, two iterators (all)
+* ``models``: LeNet, the small-image ResNet-18, the DDP seed's ConvNet (all)
+* ``train``: one-device training, evaluation, honest timing (1)
+* ``results``: per-epoch records, summary table, ``plot_scaling`` (all)
+* ``show``: the package's own source, rendered in a notebook (all)
+* ``split``, ``split_fast``: a batch split by hand, in one process (2)
+* ``launch``, ``supervise``: one launcher for worker processes (3, 5)
+* ``tour``: point-to-point and collectives, run live (3)
+* ``allreduce``: hand-written all-reduces over send/recv (3)
+* ``costmodel``: the alpha-beta model of all-reduce time (3)
+* ``partition``: ``DataPartitioner`` and ``average_gradients`` training (3)
+* ``dataparallel``, ``dataparallel_train``, ``dataparallel_pitfalls``:
+  ``nn.DataParallel`` rebuilt, used, and its pitfalls (4)
+* ``bench``: benchmarks, ``python -m companion.bench --help``
 """
 
 from .devices import (

@@ -100,9 +100,10 @@ def plot_scaling(
     with equal results stay visible. Seconds per epoch is the mean over
     epochs, with a bar from the fastest to the slowest epoch. The accuracy
     axis spans at least ``min_acc_span``, so that tiny differences are not
-    blown up into a steep-looking plot, and stays within [0, 1.01]. ``device_counts`` fixes the x axis
-    (e.g. ``(1, 2, 4)`` before any multi-device result exists). The title
-    names the hardware and profile of the records. Returns the figure.
+    blown up into a steep-looking plot, and stays within [0, 1.01].
+    ``device_counts`` fixes the x axis (e.g. ``(1, 2, 4)`` before any
+    multi-device result exists). The title names the hardware and profile of
+    the records. Returns the figure.
     """
     import matplotlib.pyplot as plt
 
