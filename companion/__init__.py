@@ -17,6 +17,11 @@ Each module holds one topic and names the chapter that uses it:
 * ``partition``: ``DataPartitioner`` and ``average_gradients`` training (3)
 * ``dataparallel``, ``dataparallel_train``, ``dataparallel_pitfalls``:
   ``nn.DataParallel`` rebuilt, used, and its pitfalls (4)
+* ``ddp``, ``ddp_cli``, ``torchrun``: DistributedDataParallel training, from
+  ``launch`` or ``torchrun`` (5)
+* ``sampling``, ``detectors``, ``mistakes``: sampler shares, distributed
+  evaluation, and detectors for the common DDP mistakes (5)
+* ``checkpoint``, ``tblog``: atomic checkpoints, TensorBoard logs (5)
 * ``bench``: benchmarks, ``python -m companion.bench --help``
 """
 

@@ -1,0 +1,167 @@
+"""Chapter 5: DDP's step time vs chapter 3's hand-written average_gradients loop.
+
+Every rank times training steps (forward, backward, gradient averaging,
+update) of four copies of one model, in interleaved rounds within one run:
+DDP; chapter 3's average_gradients with the hand-written ring all-reduce;
+the same with dist.all_reduce (gloo's C++ all-reduce); and no communication
+at all (the compute alone). A round's time is that of the slowest rank;
+the medians over rounds are printed with their ratios to DDP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ..devices import hardware_label
+from ..launch import launch, rank_device
+from ..models import get_model
+from ..partition import average_gradients, local_batch_size
+from ..profiles import get_profile
+from ..train import set_seed, synchronize
+
+METHODS = (
+    "DDP",
+    "average_gradients (ring)",
+    "average_gradients (dist.all_reduce)",
+    "no communication",
+)
+WHY = """\
+Why DDP is faster than the hand-written loop:
+  * buckets: DDP packs the gradients into a few flat buckets and launches one
+    all-reduce per bucket; average_gradients launches one per parameter tensor,
+    paying the per-message latency (alpha in chapter 3's cost model) each time;
+  * C++ all-reduce: gloo's all-reduce runs in C++ threads; the hand-written ring
+    runs its 2(p-1) send/receive rounds per tensor from Python;
+  * overlap: DDP starts a bucket's all-reduce from a hook as soon as its last
+    gradient is ready, while backward is still computing the other layers;
+    average_gradients waits for the whole backward pass. With a single bucket
+    (a small model) there is nothing to overlap; chapter 6 measures it."""
+
+
+def _step(net, opt, X, y, averaging: str | None) -> None:
+    opt.zero_grad(set_to_none=True)
+    nn.functional.cross_entropy(net(X), y).backward()
+    if averaging is not None:
+        average_gradients(net, averaging)
+    opt.step()
+
+
+def bench_worker(
+    rank: int, world_size: int, model: str, batch: int, rounds: int, steps: int
+) -> dict:
+    """Worker: per method, the slowest rank's seconds per step in each round."""
+    device = rank_device()
+    set_seed(0)
+    base = get_model(model).to(device)
+    X = torch.randn(batch, 1, 28, 28, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+    nets = {name: copy.deepcopy(base) for name in METHODS}
+    ids = [device] if device.type == "cuda" else None
+    nets["DDP"] = DDP(nets["DDP"], device_ids=ids)
+    averaging = {"average_gradients (ring)": "ring"}
+    averaging["average_gradients (dist.all_reduce)"] = "dist.all_reduce"
+    opts = {name: torch.optim.SGD(nets[name].parameters(), lr=0.01) for name in nets}
+    step = {
+        name: (lambda n=name: _step(nets[n], opts[n], X, y, averaging.get(n)))
+        for name in METHODS
+    }
+    for name in METHODS:  # warm-up, untimed (DDP rebuilds its buckets after step 1)
+        for _ in range(3):
+            step[name]()
+    times = torch.zeros(rounds, len(METHODS), dtype=torch.float64)
+    for r in range(rounds):
+        for m, name in enumerate(METHODS):
+            dist.barrier()
+            synchronize(device)
+            start = time.perf_counter()
+            for _ in range(steps):
+                step[name]()
+            synchronize(device)
+            times[r, m] = (time.perf_counter() - start) / steps
+    times = times.to(device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)  # a step waits for the slowest rank
+    buckets = nets["DDP"]._get_ddp_logging_data().get("bucket_sizes", "")
+    return {
+        "seconds": {name: times[:, m].tolist() for m, name in enumerate(METHODS)},
+        "bucket_bytes": [int(b) for b in str(buckets).split(",") if b.strip()],
+        "tensors": len(list(base.parameters())),
+        "parameters": sum(p.numel() for p in base.parameters()),
+    }
+
+
+def measure(
+    world_size: int = 2,
+    profile_name: str | None = None,
+    *,
+    model: str | None = None,
+    global_batch: int | None = None,
+    rounds: int = 5,
+    steps: int = 10,
+) -> dict:
+    """Run :func:`bench_worker` on ``world_size`` processes; medians and settings."""
+    if rounds < 1 or steps < 1:
+        raise ValueError(f"rounds and steps must be >= 1, got {rounds}, {steps}")
+    profile = get_profile(profile_name)
+    model, global_batch = model or profile.model, global_batch or profile.batch_size
+    batch = local_batch_size(global_batch, world_size)
+    seen = launch(bench_worker, world_size, model, batch, rounds, steps, timeout=600)[0]
+    seen["median"] = {k: statistics.median(v) for k, v in seen["seconds"].items()}
+    seen.update(world_size=world_size, model=model, global_batch=global_batch)
+    seen.update(rounds=rounds, steps=steps, profile=profile.name)
+    seen["hardware"] = hardware_label()
+    return seen
+
+
+def report(seen: dict) -> str:
+    """The table of medians and ratios, the DDP buckets, and the explanation."""
+    ddp = seen["median"]["DDP"]
+    lines = [
+        f"DDP vs average_gradients: {seen['world_size']} processes, model "
+        f"{seen['model']}, global batch {seen['global_batch']}",
+        f"{seen['hardware']}, profile '{seen['profile']}'",
+        f"median of {seen['rounds']} interleaved rounds of {seen['steps']} steps",
+        f"  {'method':<38}{'ms/step':>9}{'vs DDP':>9}",
+    ]
+    for name, sec in seen["median"].items():
+        lines.append(f"  {name:<38}{sec * 1e3:>9.2f}{sec / ddp:>8.2f}x")
+    sizes = ", ".join(f"{b:,}" for b in seen["bucket_bytes"]) or "unknown"
+    lines += [
+        f"all-reduces per step: average_gradients {seen['tensors']} (one per "
+        f"parameter tensor),",
+        f"  DDP {len(seen['bucket_bytes']) or '?'} (one per bucket; bucket bytes "
+        f"{sizes} for {seen['parameters']:,} parameters)",
+    ]
+    return "\n".join(lines + [WHY])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m companion.bench ddp",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--world-size", type=int, default=2, help="processes (2)")
+    parser.add_argument("--profile", help="ci, cpu or gpu (default: $BOOK_PROFILE)")
+    parser.add_argument("--model", help="lenet, resnet18 or convnet (profile's)")
+    parser.add_argument("--global-batch", type=int, help="(the profile's batch)")
+    parser.add_argument("--rounds", type=int, default=5, help="timed rounds (5)")
+    parser.add_argument("--steps", type=int, default=10, help="steps per round (10)")
+    args = parser.parse_args(argv)
+    seen = measure(
+        args.world_size,
+        args.profile,
+        model=args.model,
+        global_batch=args.global_batch,
+        rounds=args.rounds,
+        steps=args.steps,
+    )
+    print(report(seen))
+    return 0

@@ -1,0 +1,201 @@
+"""Detectors for the common mistakes of data-parallel training scripts.
+
+Used in: chapter 5.
+
+Each mistake below runs without an error message and trains *something*, so
+it goes unnoticed; each detector turns it into an exception that names the
+mistake and the fix. They are plain functions of evidence gathered from the
+ranks (parameter fingerprints, the sample indices each rank read per epoch,
+a batch of model outputs, sample counts), so they can run inside the workers
+or, on what the workers returned, in the notebook.
+
+==============================  ==============================  ======================
+mistake (seed page)             evidence                        detector (``check_``)
+==============================  ==============================  ======================
+model not wrapped in DDP (004)  the ranks' model fingerprints   ``replicas_in_sync``
+no DistributedSampler (003)     indices each rank read          ``disjoint_shards``
+no ``sampler.set_epoch``        a rank's indices, by epoch      ``order_changes``
+softmax before the loss (003)   model outputs on a batch        ``logits``
+evaluation counted per rank     samples the evaluation counted  ``eval_count``
+==============================  ==============================  ======================
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import NamedTuple, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+__all__ = [
+    "MistakeDetected",
+    "ReplicasOutOfSync",
+    "DuplicatedWork",
+    "SameOrderEveryEpoch",
+    "ProbabilitiesNotLogits",
+    "EvaluationMiscount",
+    "fingerprint",
+    "check_replicas_in_sync",
+    "check_disjoint_shards",
+    "check_order_changes",
+    "check_logits",
+    "check_eval_count",
+    "RankTrace",
+    "gather_traces",
+    "diagnose",
+]
+
+
+class MistakeDetected(AssertionError):
+    """A detector found a mistake; the message names it and the fix."""
+
+
+class ReplicasOutOfSync(MistakeDetected):
+    """The ranks' models differ: they are no longer replicas of one model."""
+
+
+class DuplicatedWork(MistakeDetected):
+    """Several ranks read the same samples in one epoch."""
+
+
+class SameOrderEveryEpoch(MistakeDetected):
+    """A rank read its samples in the same order in two epochs."""
+
+
+class ProbabilitiesNotLogits(MistakeDetected):
+    """The model outputs probabilities where the loss expects logits."""
+
+
+class EvaluationMiscount(MistakeDetected):
+    """An evaluation did not count every test sample exactly once."""
+
+
+def fingerprint(net: nn.Module) -> str:
+    """A short hash of every parameter and buffer of ``net``, bit for bit.
+
+    Replicas kept in sync by DDP hold identical bits, hence equal
+    fingerprints; one flipped bit changes it. A DDP wrapper and the module it
+    wraps have the same fingerprint (the ``module.`` prefix is ignored).
+    """
+    digest = hashlib.sha256()
+    state = net.state_dict()
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(name.removeprefix("module.").encode())
+        digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def check_replicas_in_sync(fingerprints: Sequence[str]) -> None:
+    """Raise :class:`ReplicasOutOfSync` unless every rank has rank 0's fingerprint."""
+    drifted = [r for r, f in enumerate(fingerprints) if f != fingerprints[0]]
+    if drifted:
+        raise ReplicasOutOfSync(
+            f"the models of ranks {drifted} differ from rank 0's after training: "
+            f"each rank trained its own model. Wrap the model in "
+            f"DistributedDataParallel (not DataParallel, not nothing) so that every "
+            f"backward pass averages the gradients across ranks"
+        )
+
+
+def check_disjoint_shards(indices_by_rank: Sequence[torch.Tensor], n: int) -> None:
+    """Raise :class:`DuplicatedWork` if the ranks' indices of one epoch overlap.
+
+    ``indices_by_rank[r]`` holds the indices of the ``n`` samples that rank
+    ``r`` read in one epoch. ``DistributedSampler`` repeats up to
+    ``world_size - 1`` samples to give every rank the same count (padding);
+    those are allowed, anything more is duplicated work.
+    """
+    world_size = len(indices_by_rank)
+    read = torch.cat([torch.as_tensor(i).flatten() for i in indices_by_rank])
+    repeats = len(read) - len(torch.unique(read))
+    padding = -n % world_size
+    if repeats > padding:
+        raise DuplicatedWork(
+            f"in one epoch {world_size} ranks read {len(read)} samples from a data "
+            f"set of {n}, {repeats} of them a sample that had been read already: "
+            f"every rank reads (most of) the whole data set and the ranks repeat "
+            f"each other's work. Give the loader a DistributedSampler (one disjoint "
+            f"share per rank)"
+        )
+
+
+def check_order_changes(orders: Sequence[torch.Tensor]) -> None:
+    """Raise :class:`SameOrderEveryEpoch` if one rank's epochs repeat an order.
+
+    ``orders[e]`` is the sequence of indices the rank read in epoch ``e + 1``.
+    """
+    for e in range(1, len(orders)):
+        if torch.equal(torch.as_tensor(orders[e]), torch.as_tensor(orders[e - 1])):
+            raise SameOrderEveryEpoch(
+                f"epochs {e} and {e + 1} read the same samples in the same order: "
+                f"DistributedSampler shuffles with seed + epoch, so call "
+                f"sampler.set_epoch(epoch) at the start of every epoch"
+            )
+
+
+def check_logits(outputs: torch.Tensor, tol: float = 1e-4) -> None:
+    """Raise :class:`ProbabilitiesNotLogits` if ``outputs`` look like softmax rows.
+
+    ``CrossEntropyLoss`` applies ``log_softmax`` itself and wants raw scores
+    (logits); rows that are non-negative and sum to 1 mean a softmax ran first.
+    """
+    outputs = outputs.detach().float()
+    sums = outputs.sum(dim=-1)
+    if outputs.min() >= 0 and torch.allclose(sums, torch.ones_like(sums), atol=tol):
+        raise ProbabilitiesNotLogits(
+            "the model outputs probabilities (non-negative rows summing to 1), but "
+            "CrossEntropyLoss applies log_softmax itself: return the logits and "
+            "drop the final softmax (apply it only when you need probabilities)"
+        )
+
+
+def check_eval_count(counted: int, n: int) -> None:
+    """Raise :class:`EvaluationMiscount` unless an evaluation counted ``n`` samples."""
+    if counted != n:
+        how = "some twice" if counted > n else "only part of them"
+        raise EvaluationMiscount(
+            f"the evaluation counted {counted} samples for a test set of {n} "
+            f"({how}): give each rank a disjoint share without padding, and sum "
+            f"[correct, samples] over the ranks with all_reduce before dividing"
+        )
+
+
+class RankTrace(NamedTuple):
+    """What one rank reports to the detectors after training."""
+
+    fingerprint: str  # of its model, see fingerprint()
+    orders: list[torch.Tensor]  # per epoch, the sample indices it read, in order
+
+
+def gather_traces(net: nn.Module, orders: list[torch.Tensor]) -> list[RankTrace]:
+    """Collect every rank's :class:`RankTrace` on every rank (a collective)."""
+    traces: list = [None] * dist.get_world_size()
+    dist.all_gather_object(traces, RankTrace(fingerprint(net), orders))
+    return traces
+
+
+def diagnose(traces: Sequence[RankTrace], n: int) -> list[str]:
+    """Run the three training detectors on the ranks' traces; the problems found.
+
+    An empty list means: replicas identical, disjoint shares of the ``n``
+    training samples in every epoch, and a new order every epoch (which needs
+    at least two epochs to check).
+    """
+    checks = [lambda: check_replicas_in_sync([t.fingerprint for t in traces])]
+    for epoch in range(min(len(t.orders) for t in traces)):
+        checks.append(
+            lambda e=epoch: check_disjoint_shards([t.orders[e] for t in traces], n)
+        )
+    checks += [lambda t=t: check_order_changes(t.orders) for t in traces]
+    problems = []
+    for check in checks:
+        try:
+            check()
+        except MistakeDetected as err:
+            problem = f"{type(err).__name__}: {err}"
+            if problem not in problems:
+                problems.append(problem)
+    return problems
