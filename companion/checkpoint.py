@@ -1,6 +1,6 @@
 """Checkpoints: the unwrapped model's state dict, written atomically by one rank.
 
-Used in: chapter 5 (chapter 8 extends it to complete snapshots).
+Used in: chapters 4 and 5 (chapter 8 extends it to complete snapshots).
 
 Three rules. Save the *unwrapped* model (``ddp_net.module.state_dict()``):
 its keys have no ``module.`` prefix, so a plain model loads it. Save on one
@@ -20,15 +20,44 @@ from pathlib import Path
 import torch
 from torch import nn
 
-__all__ = ["unwrap", "save_checkpoint", "load_checkpoint"]
+from .dataparallel import DataParallelByHand
+
+__all__ = [
+    "unwrap",
+    "strip_module_prefix",
+    "load_into",
+    "save_checkpoint",
+    "load_checkpoint",
+    "WRAPPERS",
+]
+
+WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel, DataParallelByHand)
 
 _TMP_SUFFIX = ".tmp"
 
 
 def unwrap(net: nn.Module) -> nn.Module:
-    """The model inside a ``DistributedDataParallel`` or ``DataParallel`` wrapper."""
-    wrappers = (nn.parallel.DistributedDataParallel, nn.DataParallel)
-    return net.module if isinstance(net, wrappers) else net
+    """The model inside ``nn.DataParallel``, DDP or DataParallelByHand; else ``net``."""
+    while isinstance(net, WRAPPERS):
+        net = net.module
+    return net
+
+
+def strip_module_prefix(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` without the leading ``module.`` that a wrapper adds to every key.
+
+    Keys are left alone unless all of them carry the prefix, so a plain
+    model's ``module.`` submodule (if it has one) is not renamed.
+    """
+    prefix = "module."
+    while state and all(k.startswith(prefix) for k in state):
+        state = {k[len(prefix) :]: v for k, v in state.items()}
+    return state
+
+
+def load_into(net: nn.Module, state: dict[str, torch.Tensor], strict: bool = True):
+    """Load ``state`` (from a wrapped or plain model) into ``net``, wrapped or plain."""
+    return unwrap(net).load_state_dict(strip_module_prefix(state), strict=strict)
 
 
 def _temp_files(path: Path) -> list[Path]:
@@ -72,8 +101,9 @@ def save_checkpoint(net: nn.Module, path: str | Path) -> Path:
 def load_checkpoint(net: nn.Module, path: str | Path) -> nn.Module:
     """Load a checkpoint written by :func:`save_checkpoint` into ``net``; returns it.
 
-    ``net`` may be a plain model or a wrapped one (the state goes to the
-    module inside). Tensors are loaded onto the CPU first, then copied to
+    ``net`` may be a plain model or a wrapped one, and so may the model that
+    was saved (see :func:`load_into`). Tensors are read onto the CPU first, so
+    a file saved on a GPU loads on a machine without one, then copied to
     wherever ``net``'s parameters are.
     """
     path = Path(path)
@@ -83,5 +113,5 @@ def load_checkpoint(net: nn.Module, path: str | Path) -> nn.Module:
             f"(or --checkpoint) first"
         )
     state = torch.load(path, map_location="cpu", weights_only=True)
-    unwrap(net).load_state_dict(state)
+    load_into(net, state)
     return net

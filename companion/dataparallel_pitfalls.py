@@ -6,8 +6,8 @@ Used in: chapter 4 (saving and loading again in chapter 5).
   mapping from the variable, :func:`visible_devices_in_subprocess` shows what a
   process started with it sees.
 * A wrapped model's ``state_dict`` keys start with ``module.``:
-  :func:`unwrapped_state_dict`, :func:`load_into`, :func:`save_state` and
-  :func:`load_state` save and load the plain model's keys, wrapped or not.
+  :mod:`companion.checkpoint` (``unwrap``, ``load_into``, ``save_checkpoint``,
+  ``load_checkpoint``) saves and loads the plain model's keys, wrapped or not.
 * The output device holds more memory: :func:`output_device_bytes` counts
   what only it holds, from tensor sizes; :func:`peak_memory_per_device`
   measures it on two or more GPUs.
@@ -21,31 +21,22 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 from torch import nn
 
-from .dataparallel import DataParallelByHand, as_devices
+from .checkpoint import unwrap
+from .dataparallel import as_devices
 
 __all__ = [
     "physical_gpu_ids",
     "visible_devices_in_subprocess",
-    "unwrapped",
-    "unwrapped_state_dict",
-    "strip_module_prefix",
-    "load_into",
-    "save_state",
-    "load_state",
     "output_device_bytes",
     "peak_memory_per_device",
     "NetWithLoss",
     "global_mean",
 ]
-
-WRAPPERS = (nn.DataParallel, nn.parallel.DistributedDataParallel, DataParallelByHand)
 
 
 def physical_gpu_ids(
@@ -119,63 +110,6 @@ def visible_devices_in_subprocess(value: str, timeout: float = 120) -> dict:
     return seen
 
 
-def unwrapped(net: nn.Module) -> nn.Module:
-    """The model inside ``nn.DataParallel``, DDP or DataParallelByHand; else ``net``."""
-    while isinstance(net, WRAPPERS):
-        net = net.module
-    return net
-
-
-def unwrapped_state_dict(net: nn.Module) -> dict[str, torch.Tensor]:
-    """``net``'s state dict with the plain model's keys (no ``module.`` prefix)."""
-    return unwrapped(net).state_dict()
-
-
-def strip_module_prefix(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``state`` without the leading ``module.`` that a wrapper adds to every key.
-
-    Keys are left alone unless all of them carry the prefix, so a plain
-    model's ``module.`` submodule (if it has one) is not renamed.
-    """
-    prefix = "module."
-    while state and all(k.startswith(prefix) for k in state):
-        state = {k[len(prefix) :]: v for k, v in state.items()}
-    return state
-
-
-def load_into(net: nn.Module, state: dict[str, torch.Tensor], strict: bool = True):
-    """Load ``state`` (from a wrapped or plain model) into ``net``, wrapped or plain."""
-    return unwrapped(net).load_state_dict(strip_module_prefix(state), strict=strict)
-
-
-def save_state(net: nn.Module, path: str | Path) -> Path:
-    """Save :func:`unwrapped_state_dict` to ``path`` atomically (temp file, rename).
-
-    A crash while writing leaves either the old file or none, never half a file.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(unwrapped_state_dict(net), f)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return path
-
-
-def load_state(net: nn.Module, path: str | Path):
-    """Load a file written by :func:`save_state` (or any state dict) into ``net``.
-
-    Tensors are read onto the CPU first, so a file saved on a GPU loads on a
-    machine without one; ``load_state_dict`` then copies them to ``net``'s devices.
-    """
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    return load_into(net, state)
-
-
 def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
@@ -191,7 +125,7 @@ def output_device_bytes(
     which outlive the step; other devices' gradients are freed after the sum).
     """
     out = sum(_nbytes(o) for o in outputs)
-    grads = sum(_nbytes(p) for p in unwrapped(net).parameters() if p.requires_grad)
+    grads = sum(_nbytes(p) for p in unwrap(net).parameters() if p.requires_grad)
     return {
         "gathered output": out,
         "gradient of the gathered output": out,

@@ -187,13 +187,18 @@ def train_batch(
     devices: Sequence[torch.device],
     lr: float,
     loss: Loss | None = None,
+    *,
+    forward_backward: Callable[..., list[torch.Tensor]] = forward_backward,
+    allreduce_grads: Callable[[Sequence[nn.Module]], None] = allreduce_grads,
+    sgd: Callable[[Iterable[nn.Parameter], float], None] = sgd,
 ) -> torch.Tensor:
     """One data-parallel SGD step by hand; returns the mean loss, on ``devices[0]``.
 
     Equal, up to rounding, to one SGD step of a single model on the whole
     batch, for any number of devices and shard sizes, unless the model has
     BatchNorm in training mode (each device then normalises with the
-    statistics of its own shard).
+    statistics of its own shard). The three phases are arguments so that
+    :mod:`companion.split_fast` can swap in faster versions of them.
     """
     if len(replicas) != len(devices):
         raise ValueError(

@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 import torch
 from torch import nn
 
-from .split import Loss, split_batch
+from .split import Loss, train_batch
 
 __all__ = [
     "forward_backward_once",
@@ -86,16 +86,15 @@ def train_batch_foreach(
     lr: float,
     loss: Loss | None = None,
 ) -> torch.Tensor:
-    """Like ``split.train_batch``: same arguments, same result (up to rounding)."""
-    if len(replicas) != len(devices):
-        raise ValueError(
-            f"{len(replicas)} replicas for {len(devices)} devices: "
-            f"replicate(net, devices) makes one per device"
-        )
-    loss = loss or nn.CrossEntropyLoss(reduction="none")
-    X_shards, y_shards = split_batch(X, y, devices)
-    losses = forward_backward_once(replicas, X_shards, y_shards, len(y), loss)
-    allreduce_grads_foreach(replicas)
-    for net in replicas:
-        sgd_foreach(net.parameters(), lr)
-    return sum(l.to(devices[0]) for l in losses)
+    """``split.train_batch`` with the three phases above: same arguments and result."""
+    return train_batch(
+        X,
+        y,
+        replicas,
+        devices,
+        lr,
+        loss,
+        forward_backward=forward_backward_once,
+        allreduce_grads=allreduce_grads_foreach,
+        sgd=sgd_foreach,
+    )

@@ -8,18 +8,19 @@ import torch
 from torch import nn
 
 from companion.dataparallel import GATHER_SCALAR_WARNING, DataParallelByHand, chunk_sizes, scatter
+from companion.checkpoint import (
+    load_checkpoint,
+    load_into,
+    save_checkpoint,
+    strip_module_prefix,
+    unwrap,
+)
 from companion.dataparallel_pitfalls import (
     NetWithLoss,
     global_mean,
-    load_into,
-    load_state,
     output_device_bytes,
     peak_memory_per_device,
     physical_gpu_ids,
-    save_state,
-    strip_module_prefix,
-    unwrapped,
-    unwrapped_state_dict,
     visible_devices_in_subprocess,
 )
 from companion.models import lenet
@@ -80,22 +81,22 @@ def test_state_dicts_round_trip_between_wrapped_and_plain_models(wrapper, tmp_pa
     torch.manual_seed(0)
     source, target = lenet(), lenet()
     wrapped = wrapper(source)
-    assert unwrapped(wrapped) is source
+    assert unwrap(wrapped) is source
     assert all(k.startswith("module.") for k in wrapped.state_dict())
     with pytest.raises(RuntimeError, match="Missing key"):
         target.load_state_dict(wrapped.state_dict())  # the pitfall itself
-    assert list(unwrapped_state_dict(wrapped)) == list(source.state_dict())
+    assert list(unwrap(wrapped).state_dict()) == list(source.state_dict())
     # wrapped -> plain, plain -> wrapped, through memory and through files
     load_into(target, wrapped.state_dict())
     torch.testing.assert_close(target.state_dict(), source.state_dict())
     other = wrapper(lenet())
     load_into(other, source.state_dict())
-    torch.testing.assert_close(unwrapped_state_dict(other), source.state_dict())
+    torch.testing.assert_close(unwrap(other).state_dict(), source.state_dict())
     for saved_from, loaded_into in ((wrapped, lenet()), (source, wrapper(lenet()))):
-        path = save_state(saved_from, tmp_path / "sub" / "net.pt")
+        path = save_checkpoint(saved_from, tmp_path / "sub" / "net.pt")
         assert list(torch.load(path, weights_only=True)) == list(source.state_dict())
-        load_state(loaded_into, path)
-        torch.testing.assert_close(unwrapped_state_dict(loaded_into), source.state_dict())
+        load_checkpoint(loaded_into, path)
+        torch.testing.assert_close(unwrap(loaded_into).state_dict(), source.state_dict())
 
 
 def test_strip_module_prefix_only_when_every_key_has_it():
@@ -107,7 +108,7 @@ def test_strip_module_prefix_only_when_every_key_has_it():
 
 
 def test_save_is_atomic_a_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
-    path = save_state(lenet(), tmp_path / "net.pt")
+    path = save_checkpoint(lenet(), tmp_path / "net.pt")
     before = path.read_bytes()
 
     def broken_save(obj, f):
@@ -116,7 +117,7 @@ def test_save_is_atomic_a_failed_write_keeps_the_old_file(tmp_path, monkeypatch)
 
     monkeypatch.setattr(torch, "save", broken_save)
     with pytest.raises(OSError, match="disk full"):
-        save_state(lenet(), path)
+        save_checkpoint(lenet(), path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["net.pt"]
 
