@@ -178,8 +178,12 @@ def _context(start_method: str | None):
             f"start method {method!r} is not available; use one of {methods}"
         )
     ctx = mp.get_context(method)
-    if method == "forkserver":
-        ctx.set_forkserver_preload(PRELOAD)  # used when the server first starts
+    if method == "forkserver":  # the preload list is used when the server starts
+        main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+        importable_main = main_file is not None and os.path.isfile(main_file)
+        ctx.set_forkserver_preload(
+            [m for m in PRELOAD if m != "__main__" or importable_main]
+        )
     return ctx
 
 

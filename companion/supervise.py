@@ -54,8 +54,10 @@ class LaunchTimeout(LaunchError, TimeoutError):
 def stop(procs: list, wait_first: float = 0.0) -> None:
     """End every worker: ``wait_first`` s to exit alone, SIGTERM, a grace, SIGKILL.
 
-    Every process is joined (reaped) before this returns.
+    Every started process is joined (reaped) before this returns; one that
+    never started (its ``start()`` failed) is skipped.
     """
+    procs = [p for p in procs if p.pid is not None]
     deadline = time.monotonic() + wait_first
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))

@@ -190,3 +190,14 @@ def test_rank_device_and_threads_per_worker():
     cores = len(os.sched_getaffinity(0))
     assert threads_per_worker(1) == cores and threads_per_worker(10**6) == 1
     assert threads_per_worker(2) == max(1, cores // 2)
+
+
+def test_stop_skips_a_worker_that_never_started():
+    """A failed ``start()`` must surface as itself, not as an error from ``stop``."""
+    import multiprocessing as mp
+
+    from companion.supervise import stop
+
+    never_started = mp.get_context("spawn").Process(target=print)
+    stop([never_started])  # no "can only join a started process"
+    assert never_started.pid is None
