@@ -19,6 +19,11 @@ from companion.split import (
     train,
     train_batch,
 )
+from companion.split_fast import (
+    allreduce_grads_foreach,
+    forward_backward_once,
+    train_batch_foreach,
+)
 from companion.train import set_seed, train_step
 
 pytestmark = pytest.mark.ch2
@@ -27,6 +32,11 @@ CPU = torch.device("cpu")
 PER_SAMPLE = nn.CrossEntropyLoss(reduction="none")
 # (devices, batch size): even and uneven splits for 1 to 4 devices
 SPLITS = [(1, 10), (2, 12), (2, 11), (3, 12), (3, 10), (4, 12), (4, 10)]
+# The naive phases of companion.split and the fused ones of companion.split_fast
+# must both compute single-device SGD.
+PHASES = {"naive": (forward_backward, allreduce_grads),
+          "foreach": (forward_backward_once, allreduce_grads_foreach)}
+STEPS = {"naive": train_batch, "foreach": train_batch_foreach}
 
 
 def cpus(n: int) -> list[torch.device]:
@@ -146,9 +156,11 @@ def test_aliased_replicas_would_double_count_gradients():
 # --- equivalence with single-device training -------------------------------------------
 
 
+@pytest.mark.parametrize("phases", PHASES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
 @pytest.mark.parametrize("k, n", SPLITS)
-def test_gradients_of_one_step_equal_the_full_batch_gradient(k, n, dtype):
+def test_gradients_of_one_step_equal_the_full_batch_gradient(k, n, dtype, phases):
+    forward_backward, allreduce_grads = PHASES[phases]
     set_seed(0)
     net = lenet().to(dtype)
     X, y = batch(n, dtype)
@@ -165,9 +177,11 @@ def test_gradients_of_one_step_equal_the_full_batch_gradient(k, n, dtype):
             torch.testing.assert_close(g, g_ref)
 
 
+@pytest.mark.parametrize("step", STEPS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
 @pytest.mark.parametrize("k, n", SPLITS)
-def test_parameters_after_five_steps_equal_single_device_sgd(k, n, dtype):
+def test_parameters_after_five_steps_equal_single_device_sgd(k, n, dtype, step):
+    train_batch = STEPS[step]
     set_seed(0)
     net = lenet().to(dtype)
     reference = copy.deepcopy(net)
@@ -179,6 +193,7 @@ def test_parameters_after_five_steps_equal_single_device_sgd(k, n, dtype):
         loss = train_batch(X, y, replicas, cpus(k), lr=0.1)
         torch.testing.assert_close(loss, ref_loss)
     for replica in replicas:
+        assert all(p.grad is None for p in replica.parameters())
         for p, p_ref in zip(replica.parameters(), reference.parameters()):
             torch.testing.assert_close(p, p_ref)
     for other in replicas[1:]:  # identical updates keep the replicas bit-for-bit equal
