@@ -12,7 +12,7 @@ import statistics
 import time
 from typing import Callable
 
-from ..train import synchronize
+from ..core.devices import synchronize
 
 __all__ = ["time_median", "available"]
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..costmodel import Measurement, measure_allreduce
-from ..devices import backend_for, hardware_label
+from ..collectives.costmodel import Measurement, measure_allreduce
+from ..core.devices import hardware_label
+from ..runtime.group import backend_for
 
 ALGORITHMS = ("naive", "ring", "pipelined ring", "dist.all_reduce")
 RINGS = ("ring", "pipelined ring")
@@ -22,7 +23,7 @@ RINGS = ("ring", "pipelined ring")
 def measure(
     world_size: int = 2, megabytes=(16, 64), repeats: int = 9
 ) -> dict[int, dict[str, Measurement]]:
-    """Per size in bytes: each algorithm's :class:`~companion.costmodel.Measurement`."""
+    """Per size in bytes: each algorithm's :class:`~companion.collectives.costmodel.Measurement`."""
     if world_size < 2:
         raise ValueError(f"bandwidth needs at least 2 processes, got {world_size}")
     numels = [int(mb * 2**20) // 4 for mb in megabytes]

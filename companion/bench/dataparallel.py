@@ -20,13 +20,17 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..data import load_data
-from ..dataparallel import DataParallelByHand
-from ..devices import describe_devices, hardware_label, try_devices
-from ..models import get_model
-from ..profiles import get_profile
-from ..split import synchronize_all
-from ..train import set_seed, train_step
+from ..core.data import load_data
+from ..core.devices import (
+    describe_devices,
+    hardware_label,
+    synchronize_all,
+    try_devices,
+)
+from ..core.models import get_model
+from ..core.profiles import get_profile
+from ..core.training import set_seed, train_step
+from ..dataparallel.rebuild import DataParallelByHand
 
 BATCH_SIZES = (8, 32, 128, 512)
 
@@ -60,7 +64,7 @@ def _sides(model: str, devices: list[torch.device]) -> dict[str, nn.Module]:
 
 
 def measure(
-    profile_name: str | None = None,
+    profile: str | None = None,
     batch_sizes: tuple[int, ...] = BATCH_SIZES,
     steps: int = 6,
     rounds: int = 5,
@@ -71,7 +75,7 @@ def measure(
     Every round visits every batch size, so a burst of load on a shared machine
     hits all batch sizes alike instead of one of them.
     """
-    profile = get_profile(profile_name)
+    profile = get_profile(profile)
     devices = try_devices(n_devices, verbose=False)
     data = load_data(profile, verbose=False)
     X_all, y_all = data.train.tensors(devices[0])

@@ -20,12 +20,14 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..devices import hardware_label
-from ..launch import launch, rank_device
-from ..models import get_model
-from ..partition import average_gradients, local_batch_size
-from ..profiles import get_profile
-from ..train import set_seed, synchronize
+from ..collectives.partition import average_gradients
+from ..core.batches import rank_batch_size
+from ..core.devices import hardware_label, synchronize
+from ..core.models import get_model
+from ..core.profiles import get_profile
+from ..core.training import set_seed
+from ..runtime.group import rank_device
+from ..runtime.launcher import launch
 
 METHODS = (
     "DDP",
@@ -99,7 +101,7 @@ def bench_worker(
 
 def measure(
     world_size: int = 2,
-    profile_name: str | None = None,
+    profile: str | None = None,
     *,
     model: str | None = None,
     global_batch: int | None = None,
@@ -109,9 +111,9 @@ def measure(
     """Run :func:`bench_worker` on ``world_size`` processes; medians and settings."""
     if rounds < 1 or steps < 1:
         raise ValueError(f"rounds and steps must be >= 1, got {rounds}, {steps}")
-    profile = get_profile(profile_name)
+    profile = get_profile(profile)
     model, global_batch = model or profile.model, global_batch or profile.batch_size
-    batch = local_batch_size(global_batch, world_size)
+    batch = rank_batch_size(global_batch, world_size)
     seen = launch(bench_worker, world_size, model, batch, rounds, steps, timeout=600)[0]
     seen["median"] = {k: statistics.median(v) for k, v in seen["seconds"].items()}
     seen.update(world_size=world_size, model=model, global_batch=global_batch)

@@ -2,7 +2,7 @@
 
 A spawned worker starts a fresh Python and imports torch; a worker forked from
 the fork server starts with torch and companion already imported. Each launch
-runs a trivial worker (companion.tour.whoami) and is timed whole, from the
+runs a trivial worker (companion.collectives.tour.whoami) and is timed whole, from the
 call until every result is back; the two start methods alternate, and the
 medians are reported with their ratio. The first fork-server launch of a
 session also starts the server (one import of torch), and is shown apart.
@@ -14,9 +14,9 @@ import argparse
 import statistics
 import time
 
-from ..devices import hardware_label
-from ..launch import launch
-from ..tour import whoami
+from ..collectives.tour import whoami
+from ..core.devices import hardware_label
+from ..runtime.launcher import launch
 
 
 def _timed(world_size: int, start_method: str) -> float:

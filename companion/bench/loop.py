@@ -16,11 +16,12 @@ import time
 import torch
 from torch import nn
 
-from ..data import DeviceLoader, data_loader, load_data
-from ..devices import hardware_label, try_devices
-from ..models import get_model
-from ..profiles import get_profile
-from ..train import Timer, set_seed, synchronize, train_step
+from ..core.data import load_data
+from ..core.devices import hardware_label, synchronize, try_devices
+from ..core.loaders import DeviceLoader, data_loader
+from ..core.models import get_model
+from ..core.profiles import get_profile
+from ..core.training import Timer, set_seed, train_step
 
 
 def timed_epoch(net, iterator, loss_fn, opt, device) -> tuple[float, float]:
@@ -38,10 +39,10 @@ def timed_epoch(net, iterator, loss_fn, opt, device) -> tuple[float, float]:
 
 
 def measure(
-    profile_name: str | None = None, rounds: int = 5
+    profile: str | None = None, rounds: int = 5
 ) -> dict[str, tuple[float, float]]:
     """Per loop: median s/epoch and median loop efficiency over ``rounds`` rounds."""
-    profile = get_profile(profile_name)
+    profile = get_profile(profile)
     device = try_devices(1, verbose=False)[0]
     data = load_data(profile, verbose=False)
     set_seed(0)

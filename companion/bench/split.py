@@ -1,13 +1,13 @@
 """Chapter 2: a batch split by hand over 2 devices vs one device; where the time goes.
 
 All sides train the same model on the same minibatches (the profile's global
-batch size): one device with ``companion.train.train_step``, and ``k`` devices
-with ``companion.split.train_batch`` (naive) and
-``companion.split_fast.train_batch_foreach`` (foreach). They take turns step by
+batch size): one device with ``companion.core.training.train_step``, and ``k`` devices
+with ``companion.split.naive.train_batch`` (naive) and
+``companion.split.fused.train_batch_foreach`` (foreach). They take turns step by
 step in one run, the order rotating, every step timed with the devices
 synchronised; ratios of the median step times are printed. Instrumented runs
 then time the phases of both split steps one by one, to show where the time
-goes; the one-off cost of ``replicate`` is measured apart.
+goes; the one-off cost of ``copy_replicas`` is measured apart.
 """
 
 from __future__ import annotations
@@ -20,26 +20,31 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..data import DeviceLoader, load_data
-from ..devices import describe_devices, hardware_label, try_devices
-from ..models import get_model
-from ..profiles import get_profile
-from ..split import (
-    allreduce_grads,
-    forward_backward,
-    replicate,
-    sgd,
-    split_batch,
+from ..core.data import load_data
+from ..core.devices import (
+    describe_devices,
+    hardware_label,
     synchronize_all,
-    train_batch,
+    try_devices,
 )
-from ..split_fast import (
+from ..core.loaders import DeviceLoader
+from ..core.models import get_model
+from ..core.profiles import get_profile
+from ..core.training import set_seed, train_step
+from ..split.fused import (
     allreduce_grads_foreach,
     forward_backward_once,
     sgd_foreach,
     train_batch_foreach,
 )
-from ..train import set_seed, train_step
+from ..split.naive import (
+    allreduce_grads,
+    copy_replicas,
+    forward_backward,
+    sgd,
+    split_batch,
+    train_batch,
+)
 from . import time_median
 
 PHASES = ("split_batch", "forward_backward", "allreduce_grads", "sgd")
@@ -56,7 +61,7 @@ class SplitTimes:
 
     step: dict[str, float]  # "one device", "naive", "foreach"
     phases: dict[str, dict[str, float]]  # version -> phase -> seconds
-    replicate: float
+    copy_replicas: float
     n_devices: int
     batch_size: int
     steps: int
@@ -89,13 +94,13 @@ def phase_times(batches, replicas, devices, lr: float, version: str) -> dict[str
 
 
 def measure(
-    profile_name: str | None = None,
+    profile: str | None = None,
     rounds: int = 5,
     steps: int | None = None,
     n_devices: int = 2,
 ) -> SplitTimes:
     """Time ``rounds`` passes over ``steps`` minibatches (default: one epoch)."""
-    profile = get_profile(profile_name)
+    profile = get_profile(profile)
     devices = try_devices(n_devices, verbose=False)
     data = load_data(profile, verbose=False)
     loader = DeviceLoader(data.train, profile.batch_size, devices[0], seed=0)
@@ -104,8 +109,8 @@ def measure(
     net = get_model(profile.model).to(devices[0])
     opt = torch.optim.SGD(net.parameters(), lr=profile.lr)
     loss_fn = nn.CrossEntropyLoss()
-    naive, fast = replicate(net, devices), replicate(net, devices)
-    timed = {version: replicate(net, devices) for version in VERSIONS}
+    naive, fast = copy_replicas(net, devices), copy_replicas(net, devices)
+    timed = {version: copy_replicas(net, devices) for version in VERSIONS}
     sides = {
         "one device": lambda X, y: train_step(net, X, y, loss_fn, opt),
         "naive": lambda X, y: train_batch(X, y, naive, devices, profile.lr),
@@ -138,8 +143,8 @@ def measure(
             version: {name: statistics.median(secs) for name, secs in spent.items()}
             for version, spent in phases.items()
         },
-        replicate=time_median(
-            lambda: replicate(net, devices), repeats=rounds, device=devices[0]
+        copy_replicas=time_median(
+            lambda: copy_replicas(net, devices), repeats=rounds, device=devices[0]
         ),
         n_devices=n_devices,
         batch_size=profile.batch_size,
@@ -162,7 +167,9 @@ def report(t: SplitTimes) -> str:
     for name in PHASES:
         naive, fast = (t.phases[v][name] * 1e3 for v in VERSIONS)
         lines.append(f"    {name:<18}{naive:8.3f}{fast:9.3f}")
-    lines.append(f"  replicate (once per training run): {t.replicate * 1e3:.2f} ms")
+    lines.append(
+        f"  copy_replicas (once per training run): {t.copy_replicas * 1e3:.2f} ms"
+    )
     return "\n".join(lines)
 
 

@@ -1,0 +1,24 @@
+"""Chapter 3: processes and collectives by hand.
+
+:mod:`.tour` (point-to-point and collectives, live), :mod:`.allreduce` (naive,
+ring, pipelined ring, recursive doubling), :mod:`.costmodel` (alpha-beta),
+:mod:`.partition` (``DataPartitioner`` and ``average_gradients`` training).
+"""
+
+# Every module's public names, re-exported: ``from companion.collectives import ...``.
+from . import tour, allreduce, costmodel, partition
+from .tour import *  # noqa: F401,F403
+from .allreduce import *  # noqa: F401,F403
+from .costmodel import *  # noqa: F401,F403
+from .partition import *  # noqa: F401,F403
+
+__all__ = list(
+    dict.fromkeys(
+        [
+            *tour.__all__,
+            *allreduce.__all__,
+            *costmodel.__all__,
+            *partition.__all__,
+        ]
+    )
+)

@@ -1,0 +1,298 @@
+"""All-reduce by hand, over point-to-point messages: naive, ring, recursive doubling.
+
+Used in: chapter 3 (chapters 5 and 6 measure DDP against them).
+
+Each function sums a tensor across all ranks of the default process group,
+**in place**, using only point-to-point messages (``send``/``recv``, and
+``isend``/``irecv`` posted together by :func:`sendrecv`), and returns
+the tensor. Afterwards every rank holds the same values, bit for bit. Call
+them inside worker processes (see :func:`companion.runtime.launcher.launch`).
+
+With ``p`` ranks and ``n`` bytes per rank, and a message costing
+``alpha + bytes * beta`` (see :mod:`companion.collectives.costmodel`), what must happen
+one after another (a send and a receive in the same step overlap):
+
+=====================  ==================  ======================
+algorithm              messages in a row   bytes in a row
+=====================  ==================  ======================
+naive                  ``2 (p - 1)``       ``2 (p - 1) n``
+ring                   ``2 (p - 1)``       ``2 (p - 1) / p * n``
+recursive doubling     ``log2 p``          ``log2 p * n``
+=====================  ==================  ======================
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "sendrecv",
+    "allreduce_naive",
+    "allreduce_ring",
+    "allreduce_ring_pipelined",
+    "allreduce_recursive_doubling",
+    "allreduce_torch",
+    "allreduce_mean",
+    "chunk_bounds",
+    "ALLREDUCES",
+    "HAND_WRITTEN",
+    "check_allreduce",
+]
+
+
+def _flat(tensor: torch.Tensor) -> torch.Tensor:
+    """A 1-D view of ``tensor`` sharing its memory, so results land in place."""
+    if not tensor.is_contiguous():
+        raise ValueError(
+            "all-reduce works in place on a contiguous tensor; pass "
+            "tensor.contiguous() and copy the result back"
+        )
+    return tensor.view(-1)
+
+
+def allreduce_naive(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum across ranks in place: all send to rank 0, which adds and sends back.
+
+    Rank 0 receives ``p - 1`` messages, then sends ``p - 1``: its link carries
+    everything, one message after another, while the other links sit idle.
+    """
+    flat, rank, world = _flat(tensor), dist.get_rank(), dist.get_world_size()
+    if rank == 0:
+        buf = torch.empty_like(flat)
+        for src in range(1, world):  # reduce: rank 0 accumulates, in rank order
+            dist.recv(buf, src=src)
+            flat += buf
+        for dst in range(1, world):  # broadcast: everyone gets the same sum
+            dist.send(flat, dst=dst)
+    else:
+        dist.send(flat, dst=0)
+        dist.recv(flat, src=0)
+    return tensor
+
+
+def sendrecv(
+    send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, wait: bool = True
+) -> list:
+    """Send ``send`` to rank ``dst`` while receiving ``recv`` from rank ``src``.
+
+    Both transfers are posted together (``batch_isend_irecv``: an ``isend`` and
+    an ``irecv``), then waited for. Posting both before waiting is what makes
+    a swap between two ranks safe: with a blocking ``send`` first on both
+    sides, each would wait for the other to receive. (With NCCL, a send and a
+    receive between the same two ranks only progress together when posted
+    as one group, which ``batch_isend_irecv`` does.) Empty tensors are skipped.
+    With ``wait=False`` the requests are returned, to be waited for later.
+    """
+    ops = [dist.P2POp(dist.isend, send, dst)] if send.numel() else []
+    if recv.numel():
+        ops.append(dist.P2POp(dist.irecv, recv, src))
+    requests = dist.batch_isend_irecv(ops) if ops else []
+    if not wait:
+        return requests
+    for req in requests:
+        req.wait()
+    return []
+
+
+def chunk_bounds(numel: int, world_size: int) -> list[tuple[int, int]]:
+    """``world_size`` contiguous ``(start, stop)`` ranges covering ``numel`` elements.
+
+    Sizes differ by at most one (the first ``numel % world_size`` chunks are one
+    longer); with fewer elements than ranks some chunks are empty.
+    """
+    base, extra = divmod(numel, world_size)
+    bounds, start = [], 0
+    for i in range(world_size):
+        stop = start + base + (1 if i < extra else 0)
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def allreduce_ring(tensor: torch.Tensor, trace: list | None = None) -> torch.Tensor:
+    """Sum across ranks in place with a ring: reduce-scatter, then all-gather.
+
+    The tensor is cut into ``p`` chunks and the ranks form a ring: rank ``r``
+    sends to ``r + 1`` and receives from ``r - 1``. In each of ``p - 1``
+    *reduce-scatter* steps every rank passes one chunk on and adds the chunk
+    it receives into its own copy; afterwards rank ``r`` holds the complete
+    sum of chunk ``r + 1``. In ``p - 1`` *all-gather* steps the complete
+    chunks travel round the ring, overwriting the partial ones. Every link
+    is busy in every step, and each rank sends ``2 (p - 1) / p`` of the
+    tensor in all, whatever ``p``. Empty chunks (fewer elements than ranks)
+    are skipped by both neighbours. With a list as ``trace``, a copy of the
+    tensor is appended to it after every step (chapter 3 prints them).
+    """
+    flat, rank, world = _flat(tensor), dist.get_rank(), dist.get_world_size()
+    if world == 1:
+        return tensor
+    chunks = [flat[a:b] for a, b in chunk_bounds(flat.numel(), world)]
+    right, left = (rank + 1) % world, (rank - 1) % world
+    buf = torch.empty_like(chunks[0])  # chunk 0 is the longest
+    for step in range(world - 1):  # reduce-scatter
+        send_idx, recv_idx = (rank - step) % world, (rank - step - 1) % world
+        incoming = buf[: chunks[recv_idx].numel()]
+        sendrecv(chunks[send_idx], right, incoming, left)
+        chunks[recv_idx] += incoming
+        if trace is not None:
+            trace.append(flat.clone())
+    for step in range(world - 1):  # all-gather: complete chunks replace partial ones
+        send_idx, recv_idx = (rank + 1 - step) % world, (rank - step) % world
+        sendrecv(chunks[send_idx], right, chunks[recv_idx], left)
+        if trace is not None:
+            trace.append(flat.clone())
+    return tensor
+
+
+def allreduce_ring_pipelined(
+    tensor: torch.Tensor, segment: int = 2**20
+) -> torch.Tensor:
+    """The ring, with each reduce-scatter step cut into ``segment``-element pieces.
+
+    :func:`allreduce_ring` receives a whole chunk into a buffer as large as the
+    chunk, then adds it: on a CPU, every received byte travels to main memory
+    and back before it is added, and the adding waits for the whole chunk.
+    Here the chunk arrives one segment at a time, in turn into two buffers
+    small enough to stay in the CPU's cache; segment ``i + 1`` is in flight
+    while segment ``i`` is being added. Same result, bit for bit, as the ring.
+    The default segment, ``2**20`` elements (4 MB of float32), was the best of
+    ``2**14`` to ``2**22`` on chapter 3's machine: smaller segments pay the
+    per-message latency too often, larger ones fall out of the cache.
+    """
+    flat, rank, world = _flat(tensor), dist.get_rank(), dist.get_world_size()
+    if world == 1:
+        return tensor
+    chunks = [flat[a:b] for a, b in chunk_bounds(flat.numel(), world)]
+    right, left = (rank + 1) % world, (rank - 1) % world
+    bufs = [torch.empty_like(chunks[0][:segment]) for _ in range(2)]
+    for step in range(world - 1):  # reduce-scatter, segment by segment
+        send = chunks[(rank - step) % world]
+        into = chunks[(rank - step - 1) % world]  # lengths may differ by one
+        pending = None  # the previous segment: (requests, where it goes, buffer)
+        for i, start in enumerate(range(0, max(len(send), len(into)), segment)):
+            part = into[start : start + segment]
+            buf = bufs[i % 2][: len(part)]
+            out = send[start : start + segment]
+            requests = sendrecv(out, right, buf, left, wait=False)
+            if pending is not None:
+                _add_when_received(*pending)  # while this segment is in flight
+            pending = (requests, part, buf)
+        if pending is not None:
+            _add_when_received(*pending)
+    for step in range(world - 1):  # all-gather: as in the ring
+        send_idx, recv_idx = (rank + 1 - step) % world, (rank - step) % world
+        sendrecv(chunks[send_idx], right, chunks[recv_idx], left)
+    return tensor
+
+
+def _add_when_received(requests: list, part: torch.Tensor, buf: torch.Tensor) -> None:
+    for req in requests:
+        req.wait()
+    part += buf
+
+
+def allreduce_recursive_doubling(tensor: torch.Tensor) -> torch.Tensor:
+    """Sum across ranks in place by recursive doubling: ``log2 p`` pairwise swaps.
+
+    In step ``k`` each rank swaps its whole tensor with the rank whose number
+    differs in bit ``k`` and adds what it receives: after step ``k`` every rank
+    holds the sum over a group of ``2**(k+1)`` ranks. Few steps (good for
+    small messages, where latency dominates) but the whole tensor every step
+    (poor for large ones).
+
+    Any world size works: when ``p`` is not a power of two, the ``p - q``
+    ranks above the largest power of two ``q`` first hand their tensor to a
+    partner below ``q`` and receive the result at the end, two extra steps.
+    """
+    flat, rank, world = _flat(tensor), dist.get_rank(), dist.get_world_size()
+    q = 1 << (world.bit_length() - 1)  # largest power of two <= world
+    buf = torch.empty_like(flat)
+    if rank >= q:  # fold in: the extra ranks hand over their tensor ...
+        dist.send(flat, dst=rank - q)
+    elif rank + q < world:
+        dist.recv(buf, src=rank + q)
+        flat += buf
+    if rank < q:
+        mask = 1
+        while mask < q:
+            partner = rank ^ mask
+            sendrecv(flat, partner, buf, partner)  # a swap
+            flat += buf  # a + b == b + a: both partners hold the same bits
+            mask <<= 1
+    if rank >= q:  # ... and get the sum back
+        dist.recv(flat, src=rank - q)
+    elif rank + q < world:
+        dist.send(flat, dst=rank + q)
+    return tensor
+
+
+def allreduce_torch(tensor: torch.Tensor) -> torch.Tensor:
+    """``torch.distributed.all_reduce`` (SUM), with the hand-written ones' signature."""
+    dist.all_reduce(tensor)
+    return tensor
+
+
+ALLREDUCES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "naive": allreduce_naive,
+    "ring": allreduce_ring,
+    "pipelined ring": allreduce_ring_pipelined,
+    "recursive doubling": allreduce_recursive_doubling,
+    "dist.all_reduce": allreduce_torch,
+}
+
+
+HAND_WRITTEN = [name for name in ALLREDUCES if name != "dist.all_reduce"]
+
+
+def allreduce_mean(
+    tensor: torch.Tensor, allreduce: Callable = allreduce_ring
+) -> torch.Tensor:
+    """Average across ranks in place: the sum by ``allreduce`` over the world size."""
+    allreduce(tensor)
+    tensor /= dist.get_world_size()
+    return tensor
+
+
+def check_allreduce(
+    rank: int,
+    world_size: int,
+    numels=(1, 7, 1_000_003),
+    dtypes=(torch.float32, torch.float64),
+    seed: int = 0,
+    algorithms: dict[str, Callable] | None = None,
+) -> list[tuple]:
+    """Worker: each hand-written all-reduce against ``dist.all_reduce``; raises if off.
+
+    For each size and dtype, two inputs that differ on every rank: random
+    normal values (compared with ``assert_close``: the order of additions
+    differs between algorithms) and small integers stored as floats (sums
+    are exact, so the results must be *equal*; a chunk lost or counted twice
+    cannot hide). ``algorithms`` defaults to :data:`HAND_WRITTEN`. Returns
+    rows ``(algorithm, numel, dtype, max |difference|)`` for the random inputs.
+    """
+    algorithms = algorithms or {name: ALLREDUCES[name] for name in HAND_WRITTEN}
+    rows, g = [], torch.Generator().manual_seed(seed + 1000 * rank)
+    device = torch.device(f"cuda:{rank}" if dist.get_backend() == "nccl" else "cpu")
+    for numel in numels:
+        for dtype in dtypes:
+            noise = torch.randn(numel, generator=g, dtype=dtype).to(device)
+            integers = torch.randint(-1000, 1000, (numel,), generator=g)
+            integers = integers.to(device, dtype)
+            want_noise = allreduce_torch(noise.clone())
+            want_integers = allreduce_torch(integers.clone())
+            for name, allreduce in algorithms.items():
+                case = f"{name}, {numel} x {dtype}"
+                got = allreduce(noise.clone())
+                torch.testing.assert_close(
+                    got, want_noise, msg=lambda m: f"{case}: {m}"
+                )
+                if not torch.equal(allreduce(integers.clone()), want_integers):
+                    raise AssertionError(
+                        f"{case}: integer sums differ from dist.all_reduce"
+                    )
+                diff = float((got - want_noise).abs().max()) if numel else 0.0
+                rows.append((name, numel, str(dtype).replace("torch.", ""), diff))
+    return rows

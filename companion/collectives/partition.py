@@ -1,0 +1,236 @@
+"""Data parallelism across processes: ``DataPartitioner`` and ``average_gradients``.
+
+Used in: chapter 3 (chapter 5 compares DDP with it).
+
+This is the ``dist_tuto`` recipe done right. Each rank trains a replica of
+the model on its own shard of the data; after every backward pass
+:func:`average_gradients` averages the gradients across ranks with the
+hand-written ring all-reduce, so every replica takes the same step. With
+equal shards and local batch ``global_batch / world_size`` this is exactly
+single-process SGD on the union of the ranks' minibatches
+(:func:`train_reference` computes that, and a test checks the two agree).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import Dataset, Subset
+
+from ..core.batches import rank_batch_size
+from ..core.data import Data, ImageSet
+from ..core.devices import hardware_label
+from ..core.loaders import DeviceLoader
+from ..core.models import get_model
+from ..core.profiles import Profile, get_profile
+from ..core.results import Record
+from ..core.training import (
+    Timer,
+    evaluate_accuracy,
+    flat_params,
+    set_seed,
+    sgd_steps,
+    warm_up,
+)
+from ..runtime.group import rank_device
+from .allreduce import ALLREDUCES, allreduce_mean
+
+__all__ = [
+    "DataPartitioner",
+    "average_gradients",
+    "TrainResult",
+    "train_worker",
+    "train_reference",
+]
+
+
+class DataPartitioner:
+    """A seeded split of a dataset into disjoint shards of given sizes (sample counts).
+
+    The indices are shuffled once with ``seed`` (the same on every rank, so
+    the shards never overlap) and cut into consecutive pieces of ``sizes``.
+    ``use(i)`` returns shard ``i``: an :class:`~companion.core.data.ImageSet` for an
+    ``ImageSet`` (so :class:`~companion.core.loaders.DeviceLoader` can serve it), a
+    ``Subset`` otherwise. :meth:`even` makes one equal shard per rank.
+    """
+
+    def __init__(self, dataset: Dataset, sizes: Sequence[int], seed: int = 1234):
+        if any(not isinstance(s, int) or isinstance(s, bool) for s in sizes):
+            raise TypeError(
+                f"sizes are sample counts (integers), got {list(sizes)}; for "
+                f"equal shards use DataPartitioner.even(dataset, world_size)"
+            )
+        if not sizes or min(sizes) < 0 or sum(sizes) > len(dataset):
+            raise ValueError(
+                f"sizes {list(sizes)} must be non-negative and add up to at most "
+                f"the {len(dataset)} samples of the dataset"
+            )
+        self.dataset = dataset
+        g = torch.Generator().manual_seed(seed)
+        order = torch.randperm(len(dataset), generator=g)
+        self.partitions = list(torch.split(order[: sum(sizes)], list(sizes)))
+
+    @classmethod
+    def even(
+        cls, dataset: Dataset, world_size: int, seed: int = 1234
+    ) -> DataPartitioner:
+        """``world_size`` shards of ``len(dataset) // world_size`` samples each.
+
+        The remainder (fewer than ``world_size`` samples) is left out.
+        """
+        if world_size < 1:
+            raise ValueError(f"world_size must be >= 1, got {world_size}")
+        return cls(dataset, [len(dataset) // world_size] * world_size, seed)
+
+    def __len__(self) -> int:
+        return len(self.partitions)
+
+    def use(self, i: int) -> Dataset:
+        """Shard ``i`` (one per rank: ``use(rank)``)."""
+        idx = self.partitions[i]
+        if isinstance(self.dataset, ImageSet):
+            return ImageSet(self.dataset.images[idx], self.dataset.labels[idx])
+        return Subset(self.dataset, idx.tolist())
+
+
+def average_gradients(net: nn.Module, allreduce: str = "ring") -> None:
+    """Replace each gradient of ``net`` with its average over all ranks, in place.
+
+    One all-reduce per parameter tensor, as in the ``dist_tuto`` recipe;
+    ``allreduce`` names one of :data:`~companion.collectives.allreduce.ALLREDUCES`.
+    """
+    if allreduce not in ALLREDUCES:
+        raise ValueError(
+            f"unknown all-reduce {allreduce!r}; choose from {list(ALLREDUCES)}"
+        )
+    for param in net.parameters():
+        if param.grad is not None:
+            allreduce_mean(param.grad, ALLREDUCES[allreduce])
+
+
+class TrainResult(NamedTuple):
+    """What :func:`train_worker` returns from each rank."""
+
+    records: list[Record]  # rank 0's view, one per epoch; [] on the other ranks
+    params: torch.Tensor  # the final parameters, flattened, on the CPU
+    allreduce_seconds: list[float]  # per epoch: time spent in average_gradients
+
+
+def train_worker(
+    rank: int,
+    world_size: int,
+    data: Data,
+    profile: Profile | str | None = None,
+    *,
+    model: str | None = None,
+    global_batch: int | None = None,
+    epochs: int | None = None,
+    lr: float | None = None,
+    allreduce: str = "ring",
+    seed: int = 0,
+    max_steps: int | None = None,
+) -> TrainResult:
+    """Worker: data-parallel SGD with :func:`average_gradients`.
+
+    Rank ``r`` trains on shard ``r`` of ``data.train``
+    (:meth:`DataPartitioner.even`), reshuffled every epoch with seed
+    ``seed + r``, in minibatches of ``global_batch / world_size``; sizes left
+    unset come from the profile (the model too: pass ``model="lenet"`` for an
+    exact comparison, since BatchNorm's statistics are per rank). Rank 0 records each epoch: test accuracy on
+    the whole test set, seconds of training, training loss averaged over all
+    ranks. ``max_steps`` stops early.
+    """
+    if max_steps is not None and max_steps < 1:
+        raise ValueError(
+            f"max_steps must be >= 1 (or None for whole epochs), got {max_steps}"
+        )
+    profile = get_profile(profile)
+    model = model or profile.model
+    global_batch, epochs = global_batch or profile.batch_size, epochs or profile.epochs
+    lr, device = lr or profile.lr, rank_device()
+    shard = DataPartitioner.even(data.train, world_size, seed).use(rank)
+    batch = rank_batch_size(global_batch, world_size)
+    train_iter = DeviceLoader(shard, batch, device, seed=seed + rank)
+    test_iter = DeviceLoader(data.test, 256, device, shuffle=False)
+    set_seed(seed)  # every replica starts from the same parameters
+    net = get_model(model).to(device)
+    loss_fn, optimizer = nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=lr)
+    warm_up(net, *next(iter(DeviceLoader(shard, batch, device))), lr)
+    records, allreduce_seconds, steps = [], [], 0
+    for epoch in range(1, epochs + 1):
+        totals = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, samples
+        allreduce_seconds.append(0.0)
+        dist.barrier()
+        with Timer(device) as epoch_timer:
+            for X, y in train_iter:
+                optimizer.zero_grad(set_to_none=True)
+                loss = loss_fn(net(X), y)
+                loss.backward()
+                with Timer(device) as averaging:
+                    average_gradients(net, allreduce)
+                allreduce_seconds[-1] += averaging.seconds
+                optimizer.step()
+                totals[0] += loss.detach() * len(y)
+                totals[1] += len(y)
+                steps += 1
+                if steps == max_steps:
+                    break
+        dist.all_reduce(totals)
+        if rank == 0:
+            seconds, (loss_sum, n) = epoch_timer.seconds, totals.tolist()
+            records.append(
+                Record(
+                    method=f"average_gradients ({allreduce})",
+                    n_devices=world_size,
+                    epoch=epoch,
+                    test_acc=evaluate_accuracy(net, test_iter, device),
+                    sec_per_epoch=seconds,
+                    samples_per_sec=n / seconds,
+                    train_loss=loss_sum / n,
+                    hardware=hardware_label(),
+                    profile=profile.name,
+                    model=model,
+                    dataset=data.name,
+                )
+            )
+        if steps == max_steps:
+            break
+    return TrainResult(records, flat_params(net), allreduce_seconds)
+
+
+def train_reference(
+    world_size: int,
+    data: Data,
+    profile: Profile | str | None = None,
+    *,
+    global_batch: int,
+    lr: float,
+    steps: int,
+    model: str | None = None,
+    seed: int = 0,
+) -> torch.Tensor:
+    """One process's SGD on the global minibatches that ``world_size`` workers see.
+
+    Each step concatenates every rank's minibatch (same shards and shuffles as
+    :func:`train_worker`) into one batch of ``global_batch`` and takes one
+    ordinary step on its mean loss. Returns the flattened parameters.
+    """
+    shards = DataPartitioner.even(data.train, world_size, seed)
+    batch = rank_batch_size(global_batch, world_size)
+    loaders = [
+        DeviceLoader(shards.use(r), batch, seed=seed + r) for r in range(world_size)
+    ]
+
+    def global_batches():
+        while True:  # epoch after epoch
+            for batches in zip(*loaders):
+                yield torch.cat([X for X, _ in batches]), torch.cat(
+                    [y for _, y in batches]
+                )
+
+    set_seed(seed)
+    net = get_model(model or get_profile(profile).model)
+    return sgd_steps(net, global_batches(), lr, steps)

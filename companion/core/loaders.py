@@ -1,0 +1,101 @@
+"""Two ways to serve minibatches: the classic ``DataLoader``, and device-resident tensors.
+
+Used in: every chapter (chapter 1 introduces and measures both).
+
+* :func:`data_loader`, the classic ``torch.utils.data.DataLoader``: index one
+  sample at a time in Python, convert it, collate a batch, copy it over;
+* :class:`DeviceLoader`: the whole split stored once as tensors on the device,
+  each minibatch one indexing operation with a seeded permutation.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .batches import check_batch_size
+from .data import Data, ImageSet
+
+__all__ = ["data_loader", "DeviceLoader", "load_iters"]
+
+
+def data_loader(
+    dataset: Dataset,
+    batch_size: int,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    num_workers: int = 0,
+    drop_last: bool = False,
+) -> DataLoader:
+    """The classic iterator: a ``DataLoader`` whose shuffling is seeded by ``seed``."""
+    check_batch_size(batch_size)
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        num_workers=num_workers,
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+
+class DeviceLoader:
+    """Minibatches from a split held whole on ``device``, reshuffled every epoch.
+
+    The split is converted and copied once; each epoch draws a permutation
+    from a generator seeded with ``seed`` (so runs repeat exactly), and each
+    minibatch is one indexing operation on the device.
+    """
+
+    def __init__(
+        self,
+        dataset: ImageSet,
+        batch_size: int,
+        device: torch.device | str = "cpu",
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+    ):
+        check_batch_size(batch_size)
+        self.X, self.y = dataset.tensors(device)
+        self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def __len__(self) -> int:
+        n, b = len(self.y), self.batch_size
+        return n // b if self.drop_last else -(-n // b)
+
+    def __iter__(self):
+        n = len(self.y)
+        if self.shuffle:
+            order = torch.randperm(n, generator=self.generator).to(self.X.device)
+        else:
+            order = torch.arange(n, device=self.X.device)
+        for i in range(len(self)):
+            idx = order[i * self.batch_size : (i + 1) * self.batch_size]
+            yield self.X[idx], self.y[idx]
+
+
+def load_iters(
+    data: Data,
+    batch_size: int,
+    device: torch.device | str = "cpu",
+    *,
+    resident: bool = True,
+    seed: int = 0,
+):
+    """``(train_iter, test_iter)``: two :class:`DeviceLoader` or two ``DataLoader``.
+
+    The training iterator is shuffled with ``seed``; the test iterator is not.
+    """
+    if resident:
+        return (
+            DeviceLoader(data.train, batch_size, device, seed=seed),
+            DeviceLoader(data.test, batch_size, device, shuffle=False),
+        )
+    return (
+        data_loader(data.train, batch_size, seed=seed),
+        data_loader(data.test, batch_size, shuffle=False),
+    )

@@ -1,0 +1,132 @@
+"""Profiles: one switch that sizes every chapter for the machine it runs on.
+
+Used in: every chapter (chapter 1 introduces it).
+
+========  ==============================  ==================================  ======
+profile   data                            model                               epochs
+========  ==============================  ==================================  ======
+``ci``    offline MNIST sample (5,000)    LeNet                               3
+``cpu``   Fashion-MNIST (offline sample   LeNet                               5
+          when there is no network)
+``gpu``   Fashion-MNIST                   ResNet-18 (small-image) and LeNet   10
+========  ==============================  ==================================  ======
+
+The profile comes from ``BOOK_PROFILE`` when it is set, else from the
+hardware: ``gpu`` when CUDA is available, ``cpu`` otherwise. CI and the
+committed notebook outputs use ``BOOK_PROFILE=ci``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+
+from .devices import gpu_count
+
+__all__ = ["Profile", "PROFILES", "get_profile", "describe_setup"]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes and settings for one kind of machine."""
+
+    name: str
+    dataset: str  # "mnist-sample" or "fashion-mnist"
+    models: tuple[str, ...]
+    epochs: int
+    batch_size: int
+    lr: float
+    device_counts: tuple[int, ...]
+    notes: str = field(default="", compare=False)
+
+    @property
+    def model(self) -> str:
+        """The main model of the profile (the first of ``models``)."""
+        return self.models[0]
+
+
+PROFILES: dict[str, Profile] = {
+    "ci": Profile(
+        "ci",
+        "mnist-sample",
+        ("lenet",),
+        epochs=3,
+        batch_size=64,
+        lr=0.1,
+        device_counts=(1, 2),
+        notes="CI, nbval and committed outputs: offline data, minutes on 2 CPU cores",
+    ),
+    "cpu": Profile(
+        "cpu",
+        "fashion-mnist",
+        ("lenet",),
+        epochs=5,
+        batch_size=128,
+        lr=0.1,
+        device_counts=(1, 2, 4),
+        notes="a laptop or Colab without a GPU",
+    ),
+    "gpu": Profile(
+        "gpu",
+        "fashion-mnist",
+        ("resnet18", "lenet"),
+        epochs=10,
+        batch_size=256,
+        lr=0.1,
+        device_counts=(1,),  # replaced by 1 .. all GPUs in get_profile
+        notes="one or more CUDA GPUs",
+    ),
+}
+
+
+def get_profile(name: str | Profile | None = None) -> Profile:
+    """The profile ``name``, else ``$BOOK_PROFILE``, else one fit for the hardware.
+
+    For ``gpu`` the device counts are ``1 .. number of GPUs``. An unknown name
+    raises ``ValueError`` listing the valid ones; a :class:`Profile` is
+    returned as it is, so every function can take either.
+    """
+    if isinstance(name, Profile):
+        return name
+    chosen = name if name is not None else os.environ.get("BOOK_PROFILE", "").strip()
+    if not chosen:
+        chosen = "gpu" if gpu_count() > 0 else "cpu"
+    key = chosen.lower()
+    if key not in PROFILES:
+        valid = ", ".join(sorted(PROFILES))
+        raise ValueError(
+            f"unknown profile {chosen!r}; valid profiles are: {valid} "
+            f"(set BOOK_PROFILE to one of them, or unset it to let the hardware choose)"
+        )
+    profile = PROFILES[key]
+    if key == "gpu":
+        gpus = max(1, gpu_count())
+        profile = replace(profile, device_counts=tuple(range(1, gpus + 1)))
+    return profile
+
+
+def describe_setup(profile: Profile | None = None) -> str:
+    """The notice printed atop every chapter: profile, hardware, and what they mean."""
+    from .devices import hardware_label
+
+    profile = profile or get_profile()
+    gpus = gpu_count()
+    if gpus >= 2:
+        meaning = f"{gpus} GPUs: multi-device cells run on real, distinct GPUs"
+    elif gpus == 1:
+        meaning = (
+            "one GPU: 'several devices' are virtual (the GPU repeated): "
+            "same results, no speed-up"
+        )
+    else:
+        meaning = (
+            "no GPU: 'several devices' are virtual CPU devices or CPU processes: "
+            "same results, no speed-up"
+        )
+    return (
+        f"profile '{profile.name}' ({profile.notes}); hardware: {hardware_label()}\n"
+        f"{meaning}\n"
+        f"data {profile.dataset}, model {' + '.join(profile.models)}, "
+        f"{profile.epochs} epochs, batch {profile.batch_size}, lr {profile.lr}, "
+        f"device counts {list(profile.device_counts)}"
+    )

@@ -1,0 +1,139 @@
+"""Results: one record per (method, device count, epoch), a table, and the scaling plot.
+
+Used in: every chapter. Every training function of the package returns a
+list of :class:`Record`; :func:`plot_scaling` draws any such list.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from statistics import mean
+from typing import Iterable, Sequence
+
+from .files import atomic_write
+
+__all__ = ["Record", "save_records", "load_records", "summarize", "plot_scaling"]
+
+
+@dataclass
+class Record:
+    """What one epoch of a method on ``n_devices`` devices gave, with its hardware."""
+
+    method: str
+    n_devices: int
+    epoch: int
+    test_acc: float
+    sec_per_epoch: float
+    samples_per_sec: float
+    train_loss: float
+    hardware: str
+    profile: str
+    model: str = ""
+    dataset: str = ""
+
+
+def save_records(records: Iterable[Record], path: str | Path) -> Path:
+    """Write records as JSON, atomically (see :func:`~companion.core.files.atomic_write`)."""
+    rows = [asdict(r) for r in records]
+    return atomic_write(path, lambda f: json.dump(rows, f, indent=1), binary=False)
+
+
+def load_records(path: str | Path) -> list[Record]:
+    """Read records written by :func:`save_records`."""
+    names = {f.name for f in fields(Record)}
+    with open(path) as f:
+        rows = json.load(f)
+    return [Record(**{k: v for k, v in row.items() if k in names}) for row in rows]
+
+
+def _by_run(records: Sequence[Record]) -> dict[tuple[str, int], list[Record]]:
+    runs: dict[tuple[str, int], list[Record]] = {}
+    for r in records:
+        runs.setdefault((r.method, r.n_devices), []).append(r)
+    return runs
+
+
+def _throughput(runs: Sequence[Record]) -> float:
+    """Samples per second over several epochs: all samples over all seconds."""
+    return sum(r.samples_per_sec * r.sec_per_epoch for r in runs) / sum(
+        r.sec_per_epoch for r in runs
+    )
+
+
+def summarize(records: Sequence[Record]) -> str:
+    """A table per method and device count: final accuracy, mean s/epoch, samples/s."""
+    lines = [
+        f"{'method':<28} {'devices':>7} {'epochs':>6} {'test acc':>8} "
+        f"{'s/epoch':>8} {'samples/s':>10}"
+    ]
+    for (method, n), runs in _by_run(records).items():
+        last = max(runs, key=lambda r: r.epoch)
+        lines.append(
+            f"{method:<28} {n:>7} {len(runs):>6} {last.test_acc:>8.3f} "
+            f"{mean(r.sec_per_epoch for r in runs):>8.3f} "
+            f"{_throughput(runs):>10,.0f}"
+        )
+    labels = sorted({f"{r.hardware}, profile {r.profile}" for r in records})
+    lines.append("measured on: " + "; ".join(labels))
+    return "\n".join(lines)
+
+
+def plot_scaling(
+    records: Sequence[Record],
+    device_counts: Sequence[int] | None = None,
+    title: str | None = None,
+    min_acc_span: float = 0.1,
+):
+    """Two panels against device count: final test accuracy, and seconds per epoch.
+
+    One line per method, each with its own marker and dash so that methods
+    with equal results stay visible. Seconds per epoch is the mean over
+    epochs, with a bar from the fastest to the slowest epoch. The accuracy
+    axis spans at least ``min_acc_span``, so that tiny differences are not
+    blown up into a steep-looking plot, and stays within [0, 1.01].
+    ``device_counts`` fixes the x axis (e.g. ``(1, 2, 4)`` before any
+    multi-device result exists). The title names the hardware and profile of
+    the records. Returns the figure.
+    """
+    import matplotlib.pyplot as plt
+
+    if not records:
+        raise ValueError("plot_scaling needs at least one record")
+    runs = _by_run(records)
+    counts = sorted(set(device_counts or ()) | {n for _, n in runs})
+    fig, (ax_acc, ax_time) = plt.subplots(1, 2, figsize=(9, 3.4))
+    styles = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--")]
+    for i, method in enumerate(dict.fromkeys(m for m, _ in runs)):
+        marker, dash = styles[i % len(styles)]
+        ns = sorted(n for m, n in runs if m == method)
+        finals = [max(runs[method, n], key=lambda r: r.epoch).test_acc for n in ns]
+        secs = [[r.sec_per_epoch for r in runs[method, n]] for n in ns]
+        means = [mean(s) for s in secs]
+        spread = [
+            [m - min(s) for m, s in zip(means, secs)],
+            [max(s) - m for m, s in zip(means, secs)],
+        ]
+        style = dict(marker=marker, linestyle=dash, label=method)
+        ax_acc.plot(ns, finals, **style)
+        ax_time.errorbar(ns, means, yerr=spread, capsize=3, **style)
+    for ax, ylabel in (
+        (ax_acc, "test accuracy (last epoch)"),
+        (ax_time, "seconds per epoch"),
+    ):
+        ax.set_xticks(counts)
+        ax.set_xlim(min(counts) - 0.5, max(counts) + 0.5)
+        ax.set_xlabel("number of devices")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    ax_time.set_ylim(bottom=0)
+    low, high = ax_acc.get_ylim()
+    span = min(max(high - low, min_acc_span), 1.02)
+    low = min(max(0.0, (low + high - span) / 2), 1.01 - span)
+    ax_acc.set_ylim(low, low + span)
+    ax_acc.legend(fontsize=8)
+    labels = sorted({f"{r.hardware}, profile '{r.profile}'" for r in records})
+    fig.suptitle(title or "; ".join(labels), fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,236 @@
+"""Training on one device: the loop, evaluation and honest timing.
+
+Used in: chapter 1, and as the reference every parallel method is compared with.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from typing import Iterable
+
+import torch
+from torch import nn
+
+from .devices import hardware_label, synchronize
+from .profiles import Profile, get_profile
+from .results import Record
+
+__all__ = [
+    "set_seed",
+    "Timer",
+    "accuracy",
+    "evaluate_accuracy",
+    "train_step",
+    "train_epoch",
+    "warm_up",
+    "train",
+    "flat_params",
+    "sgd_steps",
+]
+
+
+def set_seed(seed: int) -> None:
+    """Seed Python's and torch's generators (CPU and every GPU)."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class Timer:
+    """A wall-clock timer that synchronises ``device`` before reading the clock.
+
+    Use as a context manager; the elapsed seconds end up in ``.seconds``::
+
+        with Timer(device) as t:
+            train_epoch(...)
+        t.seconds
+    """
+
+    def __init__(self, device: torch.device | str | None = "cpu"):
+        self.device = device
+        self.seconds = 0.0
+
+    def __enter__(self) -> "Timer":
+        synchronize(self.device)
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        synchronize(self.device)
+        self.seconds = time.perf_counter() - self._start
+
+
+def accuracy(y_hat: torch.Tensor, y: torch.Tensor) -> int:
+    """Number of rows of logits ``y_hat`` whose arg-max equals the label in ``y``."""
+    return int((y_hat.argmax(dim=1) == y).sum())
+
+
+@torch.no_grad()
+def evaluate_accuracy(
+    net: nn.Module, data_iter: Iterable, device: torch.device | str = "cpu"
+) -> float:
+    """Fraction of examples in ``data_iter`` classified correctly (in eval mode)."""
+    was_training = net.training
+    net.eval()
+    correct = total = 0
+    for X, y in data_iter:
+        X, y = X.to(device), y.to(device)
+        correct += accuracy(net(X), y)
+        total += len(y)
+    net.train(was_training)
+    if total == 0:
+        raise ValueError("evaluate_accuracy got an empty iterator")
+    return correct / total
+
+
+def train_step(
+    net: nn.Module,
+    X: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: nn.Module,
+    optimizer: torch.optim.Optimizer,
+) -> torch.Tensor:
+    """One minibatch SGD step; returns the (detached) mean loss of the batch."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(net(X), y)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+def train_epoch(
+    net: nn.Module,
+    train_iter: Iterable,
+    loss_fn: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device | str,
+    progress=None,
+) -> tuple[float, int]:
+    """One pass over ``train_iter``; returns ``(mean training loss, samples seen)``.
+
+    The loss is summed on the device and read once at the end: calling
+    ``.item()`` every step would force a synchronisation per step.
+    """
+    net.train()
+    loss_sum = torch.zeros((), device=device)
+    n = 0
+    for X, y in train_iter:
+        X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        loss_sum += train_step(net, X, y, loss_fn, optimizer) * len(y)
+        n += len(y)
+        if progress is not None:
+            progress.update(1)
+    return float(loss_sum) / max(n, 1), n
+
+
+def warm_up(
+    net: nn.Module, X: torch.Tensor, y: torch.Tensor, lr: float, steps: int = 3
+) -> None:
+    """Run ``steps`` training steps on a throw-away copy of ``net``.
+
+    The first steps on a device pay one-off costs (memory allocation, kernel
+    selection, lazy initialisation). Paying them on a copy keeps them out of
+    the timed epochs without changing the model that is trained, and
+    ``fork_rng`` keeps the random streams where they were.
+    """
+    devices = [X.device.index or 0] if X.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        shadow = copy.deepcopy(net)
+        opt = torch.optim.SGD(shadow.parameters(), lr=lr)
+        for _ in range(steps):
+            train_step(shadow, X, y, nn.CrossEntropyLoss(), opt)
+    synchronize(X.device)
+
+
+def train(
+    net: nn.Module,
+    train_iter,
+    test_iter,
+    *,
+    epochs: int,
+    lr: float,
+    device: torch.device | str = "cpu",
+    method: str = "1 device",
+    n_devices: int = 1,
+    profile: Profile | str | None = None,
+    model_name: str = "",
+    dataset: str = "",
+    warmup_steps: int = 3,
+    progress: bool | None = None,
+) -> list[Record]:
+    """Train ``net`` on one device with minibatch SGD; one :class:`Record` per epoch.
+
+    Each epoch is timed whole with :class:`Timer` (evaluation excluded);
+    ``warmup_steps`` steps on a copy of the model run first (see
+    :func:`warm_up`). ``progress`` shows a tqdm bar on stderr; by default it is
+    on except in the ``ci`` profile, so committed notebook outputs stay clean.
+    """
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    profile = profile if isinstance(profile, Profile) else get_profile(profile)
+    device = torch.device(device)
+    net.to(device)
+    loss_fn = nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(net.parameters(), lr=lr)
+    if warmup_steps:
+        X, y = next(iter(train_iter))
+        warm_up(net, X.to(device), y.to(device), lr, warmup_steps)
+    show_bar = profile.name != "ci" if progress is None else progress
+    bar = None
+    if show_bar:
+        from tqdm import tqdm
+
+        bar = tqdm(
+            total=epochs * len(train_iter),
+            desc=f"{method}, {n_devices} device(s)",
+            leave=False,
+        )
+    records, label = [], hardware_label()
+    try:
+        for epoch in range(1, epochs + 1):
+            with Timer(device) as t:
+                train_loss, n = train_epoch(
+                    net, train_iter, loss_fn, optimizer, device, bar
+                )
+            test_acc = evaluate_accuracy(net, test_iter, device)
+            records.append(
+                Record(
+                    method=method,
+                    n_devices=n_devices,
+                    epoch=epoch,
+                    test_acc=test_acc,
+                    sec_per_epoch=t.seconds,
+                    samples_per_sec=n / t.seconds,
+                    train_loss=train_loss,
+                    hardware=label,
+                    profile=profile.name,
+                    model=model_name,
+                    dataset=dataset,
+                )
+            )
+    finally:
+        if bar is not None:
+            bar.close()
+    return records
+
+
+def flat_params(net: nn.Module) -> torch.Tensor:
+    """All parameters of ``net``, flattened into one CPU tensor (for comparisons)."""
+    return torch.cat([p.detach().reshape(-1).cpu() for p in net.parameters()])
+
+
+def sgd_steps(net: nn.Module, batches: Iterable, lr: float, steps: int) -> torch.Tensor:
+    """``steps`` plain SGD steps on ``net``, one per ``(X, y)`` of ``batches``.
+
+    The single-process reference that every parallel method is compared
+    with: ``batches`` yields the *global* minibatches the parallel method
+    reads. Returns :func:`flat_params` of the result.
+    """
+    if steps < 0:
+        raise ValueError(f"steps must be >= 0, got {steps}")
+    loss_fn, optimizer = nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=lr)
+    device = next(net.parameters()).device
+    for _, (X, y) in zip(range(steps), batches):
+        train_step(net, X.to(device), y.to(device), loss_fn, optimizer)
+    return flat_params(net)

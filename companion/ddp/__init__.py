@@ -1,0 +1,28 @@
+"""Chapter 5: DistributedDataParallel, from a notebook or torchrun.
+
+``torchrun --standalone --nproc-per-node=2 -m companion.ddp --help`` runs
+:mod:`.cli`; :mod:`.training` is the trainer, :mod:`.sampling` who reads
+which sample, :mod:`.detectors` and :mod:`.mistakes` the common mistakes.
+"""
+
+# Every module's public names, re-exported: ``from companion.ddp import ...``.
+from . import config, training, cli, sampling, detectors, mistakes
+from .config import *  # noqa: F401,F403
+from .training import *  # noqa: F401,F403
+from .cli import *  # noqa: F401,F403
+from .sampling import *  # noqa: F401,F403
+from .detectors import *  # noqa: F401,F403
+from .mistakes import *  # noqa: F401,F403
+
+__all__ = list(
+    dict.fromkeys(
+        [
+            *config.__all__,
+            *training.__all__,
+            *cli.__all__,
+            *sampling.__all__,
+            *detectors.__all__,
+            *mistakes.__all__,
+        ]
+    )
+)

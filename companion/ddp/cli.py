@@ -1,0 +1,157 @@
+"""The command line of ``companion.ddp``: join torchrun's process group, parse, train.
+
+Used in: chapter 5.
+
+``torchrun --standalone --nproc-per-node=N -m companion.ddp [options]`` starts
+``N`` processes on this machine, sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` in each, and each
+runs :func:`main`: it checks the options, joins the group
+(:func:`~companion.runtime.group.init_from_env`, the ``env://`` rendezvous)
+and calls :func:`companion.ddp.training.train_ddp`. ``--standalone`` runs the rendezvous on
+this host, on a free port. Run ``python -m companion.ddp --help`` for the
+options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+
+from ..core.batches import rank_batch_size
+from ..core.data import load_data
+from ..core.models import get_model
+from ..core.profiles import get_profile
+from ..core.results import summarize
+from ..runtime.group import init_from_env
+from .training import train_ddp
+
+__all__ = ["build_parser", "check_options", "main"]
+
+
+def _positive(kind: type):
+    """An argparse type: a number of ``kind`` that must be > 0."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(
+                f"must be a positive, finite {kind.__name__}, got {text!r}"
+            )
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The options of ``python -m companion.ddp`` (started by torchrun)."""
+    parser = argparse.ArgumentParser(
+        prog="torchrun --standalone --nproc-per-node=N -m companion.ddp",
+        description="Train with DistributedDataParallel, one process per device "
+        "(gloo on CPUs, nccl with one GPU per process). Unset sizes come from "
+        "the profile.",
+    )
+    add = parser.add_argument
+    add("--profile", help="ci, cpu or gpu (default: $BOOK_PROFILE or the hardware)")
+    add("--model", help="lenet, resnet18 or convnet (default: the profile's)")
+    add("--epochs", type=_positive(int), help="epochs to train")
+    batch = parser.add_mutually_exclusive_group()
+    batch.add_argument(
+        "--global-batch",
+        type=_positive(int),
+        help="samples per step over all processes (a multiple of N)",
+    )
+    batch.add_argument(
+        "--per-rank-batch",
+        type=_positive(int),
+        help="samples per step in each process (the global batch is N times this)",
+    )
+    add("--lr", type=_positive(float), help="learning rate")
+    add(
+        "--scale-lr",
+        action="store_true",
+        help="multiply lr by N (linear scaling, for a fixed --per-rank-batch)",
+    )
+    add("--log-dir", help="TensorBoard log directory (rank 0 writes it)")
+    add("--checkpoint", help="checkpoint file (rank 0 writes it atomically)")
+    add("--seed", type=int, default=0, help="seed of the model and shuffles (0)")
+    add(
+        "--backend",
+        choices=["auto", "gloo", "nccl"],
+        default="auto",
+        help="auto: nccl when every process has a GPU, gloo otherwise",
+    )
+    add(
+        "--timeout",
+        type=_positive(float),
+        default=300.0,
+        help="seconds before a collective gives up (300)",
+    )
+    return parser
+
+
+def check_options(args: argparse.Namespace, world_size: int) -> None:
+    """What argparse cannot check alone; ``ValueError`` saying what to do."""
+    get_profile(args.profile)  # an unknown profile name raises here
+    if args.model is not None:
+        get_model(args.model)
+    if args.global_batch is not None:
+        rank_batch_size(args.global_batch, world_size)
+    if args.checkpoint is not None and os.path.isdir(args.checkpoint):
+        raise ValueError(
+            f"--checkpoint {args.checkpoint} is a directory; give a file name, "
+            f"e.g. {os.path.join(args.checkpoint, 'model.pt')}"
+        )
+    if args.log_dir is not None and os.path.isfile(args.log_dir):
+        raise ValueError(f"--log-dir {args.log_dir} is a file; give a directory")
+    if args.backend == "nccl" and not torch.cuda.is_available():
+        raise ValueError("--backend nccl needs CUDA GPUs; use --backend gloo on CPUs")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point in every process: check, join the group, train; rank 0 reports."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_options(args, int(os.environ.get("WORLD_SIZE", "1")))
+        started = init_from_env(args.backend, args.timeout)
+    except (ValueError, RuntimeError) as err:
+        parser.error(str(err))
+
+    rank = dist.get_rank()
+    try:
+        profile = get_profile(args.profile)
+        if rank != 0:
+            dist.barrier()  # rank 0 loads (or downloads) the data first, alone
+        data = load_data(profile, verbose=rank == 0)
+        if rank == 0:
+            dist.barrier()
+        result = train_ddp(
+            data,
+            profile.name,
+            model=args.model,
+            global_batch=args.global_batch,
+            per_rank_batch=args.per_rank_batch,
+            epochs=args.epochs,
+            lr=args.lr,
+            scale_lr=args.scale_lr,
+            log_dir=args.log_dir,
+            checkpoint=args.checkpoint,
+            seed=args.seed,
+            verbose=rank == 0,
+        )
+        if rank == 0:
+            print(summarize(result.records))
+            for what, path in (("checkpoint", args.checkpoint), ("logs", args.log_dir)):
+                if path:
+                    print(f"{what}: {path}")
+    finally:
+        if started:
+            dist.destroy_process_group()
+    return 0

@@ -1,0 +1,70 @@
+"""The options of a DDP run, filled in from the profile and checked once.
+
+Used in: chapter 5 (chapters 6-8 reuse it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..core.batches import check_batch_size, rank_batch_size
+from ..core.profiles import get_profile
+
+__all__ = ["linear_lr", "DDPConfig"]
+
+
+def linear_lr(lr: float, world_size: int) -> float:
+    """The linear scaling rule: ``lr * world_size``.
+
+    Use it when each rank keeps its per-rank batch as the world grows: the
+    global batch is then ``world_size`` times larger, each step averages
+    ``world_size`` times more samples, and a proportionally larger step keeps
+    the progress per sample about the same (Goyal et al., 2017; large
+    factors need a warm-up, chapter 7). With a fixed global batch, keep ``lr``.
+    """
+    if not lr > 0 or world_size < 1:
+        raise ValueError(f"need lr > 0 and world_size >= 1, got {lr}, {world_size}")
+    return lr * world_size
+
+
+@dataclass(frozen=True)
+class DDPConfig:
+    """The options of :func:`train_ddp`; ``None`` means "the profile's"."""
+
+    profile: str | None = None
+    model: str | None = None
+    global_batch: int | None = None
+    per_rank_batch: int | None = None
+    epochs: int | None = None
+    lr: float | None = None
+    scale_lr: bool = False  # multiply lr by the world size (linear_lr)
+    log_dir: str | None = None  # TensorBoard, written by rank 0
+    checkpoint: str | None = None  # written by rank 0, atomically
+    seed: int = 0
+    max_steps: int | None = None  # stop early
+    checks: bool = True  # run the detectors at the end
+    verbose: bool = False
+
+    def resolve(self, world_size: int) -> "DDPConfig":
+        """Every size filled in from the profile and checked; ``ValueError`` if bad."""
+        profile = get_profile(self.profile)
+        for name in ("epochs", "max_steps", "per_rank_batch", "global_batch"):
+            if getattr(self, name) is not None:
+                check_batch_size(getattr(self, name), name)
+        if self.lr is not None and not 0 < self.lr < float("inf"):
+            raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
+        if self.global_batch is not None and self.per_rank_batch is not None:
+            raise ValueError("give global_batch or per_rank_batch, not both")
+        batch = self.per_rank_batch or rank_batch_size(
+            self.global_batch or profile.batch_size, world_size
+        )
+        lr = self.lr or profile.lr
+        return replace(
+            self,
+            profile=profile.name,
+            model=self.model or profile.model,
+            per_rank_batch=batch,
+            global_batch=batch * world_size,
+            epochs=self.epochs or profile.epochs,
+            lr=linear_lr(lr, world_size) if self.scale_lr else lr,
+        )

@@ -1,0 +1,148 @@
+"""The seed pages' mistakes, reproduced on purpose for the detectors to catch.
+
+Used in: chapter 5.
+
+:func:`train_with_mistake` is a short DDP training loop written the way the
+seed pages wrote theirs, with at most one of their mistakes switched on;
+:func:`evaluate_three_ways` evaluates one model correctly and in the two
+wrong ways a distributed evaluation is commonly written. Both are workers
+for :func:`~companion.runtime.launcher.launch`; they return evidence, and the
+detectors of :mod:`companion.ddp.detectors` judge it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import RandomSampler
+from torch.utils.data.distributed import DistributedSampler
+
+from ..core.data import Data, ImageSet
+from ..core.models import get_model
+from ..core.training import evaluate_accuracy, set_seed, train_step
+from ..runtime.group import rank_device
+from .detectors import MistakeDetected, RankTrace, check_logits, diagnose, fingerprint
+from .sampling import SampledLoader, count_correct, evaluate_distributed
+
+__all__ = [
+    "MISTAKES",
+    "MistakeRun",
+    "train_with_mistake",
+    "detect",
+    "evaluate_three_ways",
+]
+
+MISTAKES: dict[str | None, str] = {
+    None: "none: DDP, a DistributedSampler with set_epoch, logits into the loss",
+    "dataparallel": "seed 004: its 'DDP' example wraps the model in DataParallel",
+    "no-sampler": "seed 003: no DistributedSampler, the same shuffle on every rank",
+    "no-set-epoch": "a DistributedSampler, but set_epoch(epoch) is never called",
+    "softmax": "seed 003: the model ends in a softmax before CrossEntropyLoss",
+}
+
+
+class MistakeRun(NamedTuple):
+    """What one rank of :func:`train_with_mistake` returns."""
+
+    trace: RankTrace  # the model's fingerprint and the indices read, per epoch
+    outputs: torch.Tensor  # the model's outputs on the first 8 test images
+    losses: list[float]  # this rank's mean training loss, per epoch
+
+
+def train_with_mistake(
+    rank: int,
+    world_size: int,
+    data: Data,
+    mistake: str | None = None,
+    *,
+    epochs: int = 2,
+    global_batch: int = 64,
+    lr: float = 0.1,
+    seed: int = 0,
+) -> MistakeRun:
+    """Worker: LeNet trained for ``epochs`` with ``mistake`` (a key of MISTAKES)."""
+    if mistake not in MISTAKES:
+        raise ValueError(f"unknown mistake {mistake!r}; choose from {list(MISTAKES)}")
+    device = rank_device()
+    set_seed(seed)  # seed 003 calls torch.manual_seed(1) on every rank
+    net = get_model("lenet")
+    if mistake == "softmax":
+        net = nn.Sequential(net, nn.Softmax(dim=1))  # probabilities, not logits
+    net = net.to(device)
+    ids = [device] if device.type == "cuda" else None
+    if mistake == "dataparallel":
+        net = nn.DataParallel(net, device_ids=ids)  # one process, one device: no-op
+    else:
+        net = DDP(net, device_ids=ids)
+    if mistake == "no-sampler":  # DataLoader(shuffle=True) after the same seed
+        generator = torch.Generator().manual_seed(seed)
+        sampler = RandomSampler(data.train, generator=generator)
+    else:
+        sampler = DistributedSampler(data.train, world_size, rank, seed=seed)
+    train_iter = SampledLoader(data.train, sampler, global_batch // world_size, device)
+    loss_fn, optimizer = nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=lr)
+    orders, losses = [], []
+    for epoch in range(epochs):
+        if mistake != "no-set-epoch" and isinstance(sampler, DistributedSampler):
+            sampler.set_epoch(epoch)
+        total = torch.zeros((), device=device)
+        for X, y in train_iter:
+            total += train_step(net, X, y, loss_fn, optimizer) * len(y)
+        orders.append(train_iter.indices)
+        losses.append(float(total) / len(train_iter.indices))
+    with torch.no_grad():
+        outputs = net(data.test.tensors(device)[0][:8]).cpu()
+    return MistakeRun(RankTrace(fingerprint(net), orders), outputs, losses)
+
+
+def detect(runs: Sequence[MistakeRun], n: int) -> list[str]:
+    """Every problem the detectors find in the ranks' runs (``n`` training samples)."""
+    problems = diagnose([run.trace for run in runs], n)
+    try:
+        check_logits(runs[0].outputs)
+    except MistakeDetected as err:
+        problems.append(f"{type(err).__name__}: {err}")
+    return problems
+
+
+def evaluate_three_ways(
+    rank: int,
+    world_size: int,
+    data: Data,
+    state_dict: dict | None = None,
+    model: str = "lenet",
+    seed: int = 0,
+) -> dict[str, float | int]:
+    """Worker: one ``model`` (``state_dict``, else seeded at random) evaluated 3 ways.
+
+    * ``distributed``: :func:`~companion.ddp.sampling.evaluate_distributed` (right);
+    * ``per rank``: this rank's ``DistributedSampler`` share, divided by the
+      size of the whole test set, as a script that adds a sampler but keeps
+      ``correct / len(loader.dataset)`` computes it;
+    * ``padded``: the shares' counts summed over ranks, padding included.
+
+    Rank 0 also evaluates the whole test set alone (``single process``).
+    """
+    device = rank_device()
+    set_seed(seed)
+    net = get_model(model)
+    if state_dict is not None:
+        net.load_state_dict(state_dict)
+    net = net.to(device).eval()
+    seen = {"distributed": evaluate_distributed(net, data.test, device)}
+    share = list(DistributedSampler(data.test, world_size, rank, shuffle=False))
+    X, y = ImageSet(data.test.images[share], data.test.labels[share]).tensors(device)
+    counts = count_correct(net, X, y)
+    seen["per rank counted"] = int(counts[1])
+    seen["per rank"] = int(counts[0]) / len(data.test)
+    dist.all_reduce(counts)
+    seen["padded counted"] = int(counts[1])
+    seen["padded"] = int(counts[0]) / int(counts[1])
+    if rank == 0:
+        test_iter = [data.test.tensors(device)]
+        seen["single process"] = evaluate_accuracy(net, test_iter, device)
+    return seen

@@ -1,0 +1,247 @@
+"""DistributedDataParallel: one training function, started from a notebook or torchrun.
+
+Used in: chapter 5 (chapters 6 and 7 measure against it).
+
+One process per device. Every process builds the same model and wraps it in
+``DistributedDataParallel`` (DDP), which broadcasts rank 0's parameters to
+all ranks once, then averages the gradients across ranks during every
+backward pass, so the replicas take identical steps. Each rank reads its own
+share of the data through a ``DistributedSampler``.
+
+:func:`train_ddp` is the one training function for both ways of starting
+processes. Inside a worker of :func:`~companion.runtime.launcher.launch` (see
+:func:`ddp_worker`) the process group exists already and it uses it; in a
+process started by ``torchrun`` it first joins the group described by the
+environment variables torchrun sets (:func:`~companion.runtime.group.init_from_env`)::
+
+    torchrun --standalone --nproc-per-node=2 -m companion.ddp --epochs 2
+
+(the command line itself is in :mod:`companion.ddp.cli`). :class:`DDPConfig`
+holds the options; :func:`build_ddp` and :func:`run_epoch` are the parts that
+later chapters reuse.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import NamedTuple
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+from ..core.batches import rank_batch_size
+from ..core.data import Data
+from ..core.devices import hardware_label
+from ..core.models import get_model
+from ..core.profiles import Profile, get_profile
+from ..core.results import Record
+from ..core.training import Timer, flat_params, set_seed, sgd_steps, train_step, warm_up
+from ..runtime.checkpoint import save_checkpoint
+from ..runtime.group import init_from_env, rank_device
+from ..runtime.tblog import open_writer
+from .config import DDPConfig
+from .detectors import MistakeDetected, RankTrace, diagnose, gather_traces
+from .sampling import SampledLoader, evaluate_distributed, sampler_indices
+
+__all__ = [
+    "DDPResult",
+    "build_ddp",
+    "run_epoch",
+    "train_ddp",
+    "ddp_worker",
+    "train_reference_ddp",
+]
+
+
+class DDPResult(NamedTuple):
+    """What :func:`train_ddp` returns on each rank."""
+
+    records: list[Record]  # one per epoch on rank 0; [] on the other ranks
+    params: torch.Tensor  # the final parameters, flattened, on the CPU
+    trace: RankTrace  # this rank's evidence for companion.ddp.detectors
+
+
+def build_ddp(model: str, device: torch.device, X, y, lr: float, seed: int) -> DDP:
+    """The same freshly seeded ``model`` on every rank, warmed up, wrapped in DDP.
+
+    Warm-up steps run on a copy (see ``warm_up``), so one-off costs stay out
+    of the timed epochs without changing the model. DDP broadcasts rank 0's
+    parameters and buffers when it wraps the model.
+    """
+    set_seed(seed)
+    net = get_model(model).to(device)
+    warm_up(net, X, y, lr)
+    return DDP(net, device_ids=[device] if device.type == "cuda" else None)
+
+
+def run_epoch(
+    net, train_iter, loss_fn, optimizer, max_steps=None
+) -> tuple[torch.Tensor, int]:
+    """One pass of this rank over its share: ``([loss sum, samples], steps)``.
+
+    The sums stay on the device (no synchronisation per step); ``max_steps``
+    ends the pass early.
+    """
+    device = next(net.parameters()).device
+    totals, steps = torch.zeros(2, dtype=torch.float64, device=device), 0
+    for X, y in train_iter:
+        totals[0] += train_step(net, X, y, loss_fn, optimizer) * len(y)
+        totals[1] += len(y)
+        steps += 1
+        if steps == max_steps:
+            break
+    return totals, steps
+
+
+def train_ddp(data: Data, profile: Profile | str | None = None, **options) -> DDPResult:
+    """Train with DDP; every rank calls it (joining torchrun's group if need be).
+
+    ``options`` are the fields of :class:`DDPConfig`. Each rank reads
+    ``per_rank_batch`` samples per step from a ``DistributedSampler``,
+    reshuffled with ``set_epoch`` every epoch. After each epoch, on all ranks,
+    a distributed evaluation of the whole test set; on rank 0 only, a
+    :class:`Record`, TensorBoard scalars and an atomic checkpoint. With
+    ``checks``, the detectors of :mod:`companion.ddp.detectors` run at the end
+    and any mistake raises.
+    """
+    init_from_env()  # under torchrun; a no-op when the group exists (launch)
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    cfg = DDPConfig(get_profile(profile).name, **options).resolve(world_size)
+    device = rank_device()
+    sampler = DistributedSampler(data.train, world_size, rank, seed=cfg.seed)
+    train_iter = SampledLoader(data.train, sampler, cfg.per_rank_batch, device)
+    net = build_ddp(cfg.model, device, *next(iter(train_iter)), cfg.lr, cfg.seed)
+    loss_fn, optimizer = nn.CrossEntropyLoss(), torch.optim.SGD(
+        net.parameters(), lr=cfg.lr
+    )
+    record = partial(
+        Record,
+        "DDP",
+        world_size,
+        hardware=hardware_label(),
+        profile=cfg.profile,
+        model=cfg.model,
+        dataset=data.name,
+    )
+    _announce(cfg, world_size)
+    writer, records, orders, steps = open_writer(cfg.log_dir, rank), [], [], 0
+    try:
+        for epoch in range(cfg.epochs):
+            sampler.set_epoch(epoch)  # a new shuffle every epoch, the same on all ranks
+            dist.barrier()
+            with Timer(device) as timer:
+                left = None if cfg.max_steps is None else cfg.max_steps - steps
+                totals, done = run_epoch(net, train_iter, loss_fn, optimizer, left)
+            steps += done
+            orders.append(train_iter.indices[: int(totals[1])])
+            dist.all_reduce(totals)  # loss sum and samples, over all ranks
+            test_acc = evaluate_distributed(net.module, data.test, device)
+            if rank == 0:
+                loss_sum, n = totals.tolist()
+                records.append(
+                    record(
+                        epoch=epoch + 1,
+                        test_acc=test_acc,
+                        sec_per_epoch=timer.seconds,
+                        samples_per_sec=n / timer.seconds,
+                        train_loss=loss_sum / n,
+                    )
+                )
+                _report(records[-1], cfg, writer, net)
+            if steps == cfg.max_steps:
+                break
+    finally:
+        if writer is not None:
+            writer.close()
+    traces = gather_traces(net, orders)
+    _check(cfg, traces, len(data.train), len(orders))
+    return DDPResult(records, flat_params(net), traces[rank])
+
+
+def _announce(cfg: DDPConfig, world_size: int) -> None:
+    if cfg.verbose and dist.get_rank() == 0:
+        print(
+            f"DDP: {world_size} processes ({dist.get_backend()}), model {cfg.model}, "
+            f"global batch {world_size} x {cfg.per_rank_batch}, lr {cfg.lr:g}",
+            flush=True,
+        )
+
+
+def _check(cfg: DDPConfig, traces: list[RankTrace], n: int, epochs: int) -> None:
+    """Run the detectors (if ``cfg.checks``) and raise on any mistake."""
+    if not cfg.checks:
+        return
+    if problems := diagnose(traces, n):
+        raise MistakeDetected("; ".join(problems))
+    if cfg.verbose and dist.get_rank() == 0:
+        order = ", a new order every epoch" if epochs > 1 else ""
+        print(f"detectors: replicas identical, shares disjoint{order}", flush=True)
+
+
+def _report(record: Record, cfg: DDPConfig, writer, net) -> None:
+    """Rank 0's duties after an epoch: TensorBoard, checkpoint, a printed line."""
+    if writer is not None:
+        step = record.epoch
+        writer.add_scalar("train/loss", record.train_loss, step)
+        writer.add_scalar("test/accuracy", record.test_acc, step)
+        writer.add_scalar("time/seconds_per_epoch", record.sec_per_epoch, step)
+        writer.add_scalar("time/samples_per_second", record.samples_per_sec, step)
+        writer.flush()
+    if cfg.checkpoint is not None:
+        save_checkpoint(net, cfg.checkpoint)  # the unwrapped model, atomically
+    if cfg.verbose:
+        print(
+            f"epoch {record.epoch}/{cfg.epochs}: train loss {record.train_loss:.4f}, "
+            f"test accuracy {record.test_acc:.4f}, {record.sec_per_epoch:.2f} s, "
+            f"{record.samples_per_sec:,.0f} samples/s",
+            flush=True,
+        )
+
+
+def ddp_worker(
+    rank: int,
+    world_size: int,
+    data: Data,
+    profile: Profile | str | None = None,
+    **options,
+) -> DDPResult:
+    """:func:`train_ddp` as a worker of :func:`~companion.runtime.launcher.launch`."""
+    return train_ddp(data, profile, **options)
+
+
+def train_reference_ddp(
+    world_size: int,
+    data: Data,
+    profile: Profile | str | None = None,
+    *,
+    global_batch: int,
+    lr: float,
+    steps: int,
+    model: str | None = None,
+    seed: int = 0,
+) -> torch.Tensor:
+    """One process's SGD on the global minibatches that DDP's ``world_size`` ranks read.
+
+    Step ``k`` concatenates, in rank order, minibatch ``k`` of every rank's
+    ``DistributedSampler`` share (same seed and epochs as :func:`train_ddp`)
+    and takes one ordinary step on its mean loss. Returns the flat parameters.
+    """
+    batch = rank_batch_size(global_batch, world_size)
+    X_all, y_all = data.train.tensors()
+
+    def global_batches():
+        for epoch in range(2**31):
+            shares = [
+                torch.tensor(s)
+                for s in sampler_indices(data.train, world_size, epoch, seed=seed)
+            ]
+            for start in range(0, len(shares[0]), batch):
+                idx = torch.cat([s[start : start + batch] for s in shares])
+                yield X_all[idx], y_all[idx]
+
+    set_seed(seed)
+    net = get_model(model or get_profile(profile).model)
+    return sgd_steps(net, global_batches(), lr, steps)

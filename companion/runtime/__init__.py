@@ -1,0 +1,27 @@
+"""Processes: process groups, the launcher and its supervisor, torchrun from Python,
+checkpoints, TensorBoard logs.
+
+Imports only :mod:`companion.core`.
+"""
+
+# Every module's public names, re-exported: ``from companion.runtime import ...``.
+from . import group, supervise, launcher, torchrun, checkpoint, tblog
+from .group import *  # noqa: F401,F403
+from .supervise import *  # noqa: F401,F403
+from .launcher import *  # noqa: F401,F403
+from .torchrun import *  # noqa: F401,F403
+from .checkpoint import *  # noqa: F401,F403
+from .tblog import *  # noqa: F401,F403
+
+__all__ = list(
+    dict.fromkeys(
+        [
+            *group.__all__,
+            *supervise.__all__,
+            *launcher.__all__,
+            *torchrun.__all__,
+            *checkpoint.__all__,
+            *tblog.__all__,
+        ]
+    )
+)

@@ -1,0 +1,49 @@
+import pytest
+
+from companion.core import profiles
+from companion.core import PROFILES, describe_setup, get_profile
+
+pytestmark = pytest.mark.ch1
+
+
+def test_env_var_selects_the_profile(monkeypatch):
+    monkeypatch.setenv("BOOK_PROFILE", "ci")
+    p = get_profile()
+    assert (p.name, p.dataset, p.models, p.device_counts) == ("ci", "mnist-sample", ("lenet",), (1, 2))
+
+
+def test_explicit_name_wins_over_env(monkeypatch):
+    monkeypatch.setenv("BOOK_PROFILE", "ci")
+    assert get_profile("cpu").name == "cpu"
+
+
+def test_hardware_decides_when_unset(monkeypatch):
+    monkeypatch.delenv("BOOK_PROFILE", raising=False)
+    monkeypatch.setattr(profiles, "gpu_count", lambda: 0)
+    assert get_profile().name == "cpu"
+    monkeypatch.setattr(profiles, "gpu_count", lambda: 4)
+    p = get_profile()
+    assert p.name == "gpu" and p.device_counts == (1, 2, 3, 4) and p.model == "resnet18"
+
+
+def test_unknown_profile_lists_the_valid_ones(monkeypatch):
+    monkeypatch.setenv("BOOK_PROFILE", "laptop")
+    with pytest.raises(ValueError, match="unknown profile 'laptop'; valid profiles are: ci, cpu, gpu"):
+        get_profile()
+
+
+def test_case_and_whitespace_are_forgiven(monkeypatch):
+    monkeypatch.setenv("BOOK_PROFILE", " CI ")
+    assert get_profile().name == "ci"
+
+
+def test_profiles_match_the_design_table():
+    assert PROFILES["ci"].epochs <= 3 and PROFILES["gpu"].epochs == 10
+    assert PROFILES["cpu"].device_counts == (1, 2, 4)
+    assert PROFILES["gpu"].models == ("resnet18", "lenet")
+
+
+def test_setup_notice_names_profile_and_hardware(monkeypatch):
+    monkeypatch.setattr(profiles, "gpu_count", lambda: 0)
+    text = describe_setup(get_profile("ci"))
+    assert text.startswith("profile 'ci'") and "hardware: CPU" in text and "no GPU" in text

@@ -1,0 +1,105 @@
+"""DDP equals one process on the global batch (1, 2, 4 ranks); logging, checkpoint, lr scaling."""
+import pytest
+import torch
+
+from companion.runtime import load_checkpoint
+from companion.core import Data, ImageSet, load_data
+from companion.core import DeviceLoader
+from companion.ddp import ddp_worker, linear_lr, train_ddp, train_reference_ddp
+from companion.ddp import diagnose
+from companion.runtime import WorkerError, launch
+from companion.core import get_model
+from companion.runtime import read_scalars
+from companion.core import evaluate_accuracy
+
+pytestmark = pytest.mark.ch5
+
+GLOBAL_BATCH, LR, EPOCHS = 48, 0.1, 2
+
+
+@pytest.fixture(scope="module")
+def small() -> Data:
+    """601 training and 203 test images: neither divides by 2 or 4, so the sampler pads."""
+    data = load_data("mnist-sample", verbose=False)
+    return Data("small", ImageSet(data.train.images[:601], data.train.labels[:601]),
+                ImageSet(data.test.images[:203], data.test.labels[:203]), data.classes)
+
+
+def steps_per_epoch(n: int, world_size: int, global_batch: int) -> int:
+    per_rank = -(-n // world_size)  # DistributedSampler pads to equal shares
+    return -(-per_rank // (global_batch // world_size))
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_ddp_equals_one_process_on_the_global_batch(small, tmp_path, world_size):
+    checkpoint, log_dir = tmp_path / "model.pt", tmp_path / "logs"
+    results = launch(ddp_worker, world_size, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, epochs=EPOCHS,
+                     log_dir=str(log_dir), checkpoint=str(checkpoint), timeout=180, backend="gloo")
+    steps = EPOCHS * steps_per_epoch(len(small.train), world_size, GLOBAL_BATCH)
+    expected = train_reference_ddp(world_size, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=steps)
+    start = train_reference_ddp(world_size, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=0)
+    assert not torch.allclose(expected, start)  # training did move the parameters
+    for rank, result in enumerate(results):
+        assert torch.equal(result.params, results[0].params), f"rank {rank}'s replica drifted"
+        torch.testing.assert_close(result.params, expected)
+        assert len(result.records) == (EPOCHS if rank == 0 else 0)
+    assert diagnose([r.trace for r in results], len(small.train)) == []
+    # every rank read its sampler share in each epoch; together they cover the data set
+    for epoch in range(EPOCHS):
+        read = torch.cat([r.trace.orders[epoch] for r in results])
+        assert len(read) == -(-len(small.train) // world_size) * world_size
+        assert set(read.tolist()) == set(range(len(small.train)))
+
+    records = results[0].records
+    assert [(r.method, r.n_devices, r.epoch) for r in records] == [("DDP", world_size, 1), ("DDP", world_size, 2)]
+    assert all(r.sec_per_epoch > 0 and r.samples_per_sec > 0 and r.profile == "ci" for r in records)
+    # the checkpoint holds the unwrapped model: it loads into a plain LeNet, which scores
+    # on the whole test set, in one process, exactly the accuracy the ranks computed together
+    state = torch.load(checkpoint, weights_only=True)
+    assert not any(k.startswith("module.") for k in state)
+    net = load_checkpoint(get_model("lenet"), checkpoint)
+    torch.testing.assert_close(torch.cat([p.detach().reshape(-1) for p in net.parameters()]),
+                               results[0].params, rtol=0, atol=0)
+    assert evaluate_accuracy(net, DeviceLoader(small.test, 256, shuffle=False)) == records[-1].test_acc
+    # TensorBoard holds one point per epoch for each scalar, with the recorded values
+    scalars = read_scalars(log_dir)
+    assert set(scalars) == {"train/loss", "test/accuracy", "time/seconds_per_epoch", "time/samples_per_second"}
+    assert [step for step, _ in scalars["test/accuracy"]] == [1, 2]
+    for tag, field in (("train/loss", "train_loss"), ("test/accuracy", "test_acc")):
+        assert [v for _, v in scalars[tag]] == pytest.approx([getattr(r, field) for r in records], rel=1e-6)
+
+
+def test_fixed_per_rank_batch_with_linear_lr_scaling_equals_the_scaled_global_step(small):
+    results = launch(ddp_worker, 2, small, "ci", per_rank_batch=24, lr=LR / 2, scale_lr=True,
+                     max_steps=3, timeout=120, backend="gloo")
+    expected = train_reference_ddp(2, small, "ci", global_batch=48, lr=LR, steps=3)
+    torch.testing.assert_close(results[0].params, expected)
+    assert len(results[0].trace.orders) == 1 and len(results[0].trace.orders[0]) == 3 * 24  # read so far
+
+
+def test_one_process_returns_one_record_per_epoch(small):
+    records = launch(ddp_worker, 1, small, "ci", epochs=1, timeout=120, backend="gloo")[0].records
+    assert [(r.method, r.n_devices, r.epoch, r.model, r.dataset) for r in records] == [("DDP", 1, 1, "lenet", "small")]
+    assert 0 <= records[0].test_acc <= 1
+
+
+def test_bad_sizes_are_refused_with_what_to_do(small):
+    with pytest.raises(WorkerError, match="choose a multiple of 2"):
+        launch(ddp_worker, 2, small, "ci", global_batch=63, timeout=60)
+    with pytest.raises(WorkerError, match="not both"):
+        launch(ddp_worker, 1, small, "ci", global_batch=64, per_rank_batch=32, timeout=60)
+    with pytest.raises(WorkerError, match="epochs must be a positive integer"):
+        launch(ddp_worker, 1, small, "ci", epochs=0, timeout=60)
+
+
+def test_outside_launch_and_torchrun_train_ddp_says_how_to_start_it(small, monkeypatch):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(RuntimeError, match="start this with torchrun.*or from Python with launch"):
+        train_ddp(small, "ci")
+
+
+def test_linear_lr():
+    assert linear_lr(0.1, 4) == pytest.approx(0.4) and linear_lr(0.1, 1) == 0.1
+    with pytest.raises(ValueError, match="lr > 0"):
+        linear_lr(0.0, 2)

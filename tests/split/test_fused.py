@@ -1,0 +1,60 @@
+"""Chapter 2: the foreach step's own checks, and training that matches the naive step."""
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from companion.core import lenet
+from companion.split import copy_replicas, train_batch
+from companion.split import train
+from companion.split import allreduce_grads_foreach, train_batch_foreach
+from companion.core import set_seed
+
+pytestmark = pytest.mark.ch2
+
+CPU = torch.device("cpu")
+# Equivalence with one device, for both steps, is tested in test_split.py.
+
+
+def test_foreach_step_rejects_bad_input_before_changing_anything():
+    X, y = torch.rand(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    replicas = copy_replicas(lenet(), [CPU] * 2)
+    before = [copy.deepcopy(r.state_dict()) for r in replicas]
+    with pytest.raises(ValueError, match="2 replicas for 3 devices"):
+        train_batch_foreach(X, y, replicas, [CPU] * 3, lr=0.1)
+    with pytest.raises(ValueError, match="one value per sample"):
+        train_batch_foreach(X, y, replicas, [CPU] * 2, lr=0.1, loss=nn.CrossEntropyLoss())
+    with pytest.raises(ValueError, match="cannot be split"):
+        train_batch_foreach(X[:1], y[:1], replicas, [CPU] * 2, lr=0.1)
+    for r, state in zip(replicas, before):
+        assert all(torch.equal(v, state[key]) for key, v in r.state_dict().items())
+        assert all(p.grad is None for p in r.parameters())
+
+
+def test_foreach_allreduce_refuses_aliased_replicas():
+    net = nn.Linear(3, 2)
+    net(torch.randn(4, 3)).sum().backward()
+    grad = net.weight.grad.clone()
+    with pytest.raises(ValueError, match="share gradient memory"):
+        allreduce_grads_foreach([net, net])
+    assert torch.equal(net.weight.grad, grad)
+
+
+def test_train_with_the_foreach_step_matches_the_naive_step():
+    from companion.core import DeviceLoader
+    from companion.core import ImageSet, load_mnist_sample
+
+    data = load_mnist_sample()
+    small = ImageSet(data.train.images[:320], data.train.labels[:320])
+    nets, runs = [], []
+    for step in (train_batch, train_batch_foreach):
+        set_seed(0)
+        nets.append(lenet())
+        runs.append(train(nets[-1], DeviceLoader(small, 64, seed=0),
+                          DeviceLoader(data.test, 250, shuffle=False), [CPU] * 2, epochs=1,
+                          lr=0.1, step=step, method=step.__name__, profile="ci"))
+    assert [r.method for r in runs[1]] == ["train_batch_foreach"]
+    torch.testing.assert_close(list(nets[0].parameters()), list(nets[1].parameters()))
+    assert abs(runs[0][0].test_acc - runs[1][0].test_acc) <= 0.002

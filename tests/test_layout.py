@@ -1,0 +1,113 @@
+"""The package's floors, read from its imports: no upward import, no cycle, small modules.
+
+core (floor 0) imports nothing of the package but core; runtime (1) only core;
+each chapter package imports core, runtime and earlier chapters, never later
+ones; bench (the top) may import anything. The package's face
+(``companion/__init__.py``) only re-exports.
+"""
+import ast
+from pathlib import Path
+
+import pytest
+
+import companion
+
+pytestmark = pytest.mark.book
+
+PACKAGE = Path(companion.__file__).resolve().parent
+FLOORS = {"core": 0, "runtime": 1, "split": 2, "collectives": 3, "dataparallel": 4, "ddp": 5, "bench": 9}
+MAX_LINES = 300
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The ``companion`` modules ``path`` imports, anywhere in the file (absolute names)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target == "companion" or target.startswith("companion."):
+                found.add(target)
+                found |= {f"{target}.{a.name}" for a in node.names
+                          if (PACKAGE.parent / f"{target}.{a.name}".replace(".", "/")).with_suffix(".py").exists()}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("companion")}
+    return found - {name}
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+GRAPH = {name: imports_of(path) for name, path in MODULES.items()}
+
+
+def floor(name: str) -> int | None:
+    parts = name.split(".")
+    return FLOORS.get(parts[1]) if len(parts) > 1 else None
+
+
+def test_every_subpackage_has_a_floor():
+    subpackages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert subpackages == set(FLOORS), "give each subpackage of companion a floor in FLOORS"
+    assert {p.name for p in PACKAGE.glob("*.py")} == {"__init__.py"}, "modules live in subpackages"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_imports_only_go_down(name):
+    mine = floor(name)
+    if mine is None:  # the package's face
+        return
+    for target in GRAPH[name]:
+        theirs = floor(target)
+        assert theirs is not None, f"{name} imports the package's face {target}: import from the module"
+        assert theirs <= mine, f"{name} (floor {mine}) imports {target} (floor {theirs}), a higher floor"
+
+
+def test_no_import_cycles():
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(name, path):
+        state[name] = 1
+        for target in sorted(GRAPH.get(name, ())):
+            if target not in GRAPH or target == name.rpartition(".")[0]:
+                continue  # a subpackage's modules may be imported through its face
+            if state.get(target) == 1:
+                pytest.fail("import cycle: " + " -> ".join(path + [target]))
+            if target not in state:
+                visit(target, path + [target])
+        state[name] = 2
+
+    for name in sorted(GRAPH):
+        if name not in state:
+            visit(name, [name])
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_modules_stay_small(name):
+    lines = len(MODULES[name].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{name} has {lines} lines: split it by topic (at most {MAX_LINES})"
+
+
+def test_the_rule_catches_an_upward_import_and_a_cycle(tmp_path):
+    """The checks above can fail: an upward import and a cycle, written out, are found."""
+    pkg = tmp_path / "companion"
+    (pkg / "core").mkdir(parents=True)
+    (pkg / "ddp").mkdir()
+    (pkg / "core" / "a.py").write_text("from ..ddp.b import x\n")
+    (pkg / "ddp" / "b.py").write_text("from ..core.a import y\n")
+    global PACKAGE
+    saved, PACKAGE = PACKAGE, pkg
+    try:
+        up = imports_of(pkg / "core" / "a.py")
+        assert up == {"companion.ddp.b"} and floor("companion.core.a") < floor("companion.ddp.b")
+        assert imports_of(pkg / "ddp" / "b.py") == {"companion.core.a"}  # so a -> b -> a
+    finally:
+        PACKAGE = saved
