@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 NOTEBOOKS := $(wildcard book/*.ipynb)
 
-.PHONY: book test notebooks clean
+.PHONY: book test notebooks gpu-check clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,17 @@ test: $(VENV)/.installed
 # For authors: re-run every chapter with the ci profile and commit the outputs.
 notebooks: $(VENV)/.installed
 	BOOK_PROFILE=ci $(BIN)/jupyter-execute --inplace --timeout=900 $(NOTEBOOKS)
+
+# For a machine with one or more CUDA GPUs (not run by CI): the whole test suite,
+# gpu and multigpu tests included, then every chapter under the gpu profile into
+# _build/gpu-check/ (the committed ci outputs are left alone), failing on any
+# cell error. BOOK_DATA=synthetic (the default here) needs no network; pass
+# BOOK_DATA=fashion-mnist to use the real data.
+GPU_CHECK_DATA ?= synthetic
+gpu-check: $(VENV)/.installed
+	$(BIN)/python -c "import sys, torch; n = torch.cuda.device_count(); print(f'{n} CUDA GPU(s)'); sys.exit(0 if n else 'make gpu-check needs a CUDA GPU')"
+	BOOK_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider tests -ra
+	BOOK_PROFILE=gpu BOOK_DATA=$(GPU_CHECK_DATA) $(BIN)/python .ci/execute_notebooks.py _build/gpu-check $(NOTEBOOKS)
 
 clean:
 	rm -rf _build

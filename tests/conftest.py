@@ -19,6 +19,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs at least two CUDA GPUs"))
 
 
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> torch.device:
+    """Each device kind this machine has: the CPU, and the first GPU when there is one."""
+    return torch.device(request.param)
+
+
+@pytest.fixture
+def strict():
+    """Equivalence checks compare fp32 with fp32: TF32 off (on a GPU) for the test."""
+    from companion.core.precision import strict_fp32
+
+    with strict_fp32():
+        yield
+
+
 def write_idx(path: Path, array: np.ndarray) -> None:
     """Write ``array`` (uint8) in the IDX format that (Fashion-)MNIST files use."""
     magic = {1: 0x0801, 3: 0x0803}[array.ndim]

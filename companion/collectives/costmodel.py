@@ -102,7 +102,9 @@ def time_allreduce(
                 ALLREDUCES[name](y)
                 synchronize(device)
                 times[i, j, r] = time.perf_counter() - start
+    times = times.to(device)  # nccl all-reduces CUDA tensors only
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    times = times.cpu()
     size = torch.empty(0, dtype=dtype).element_size()
     return [
         Measurement(

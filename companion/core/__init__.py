@@ -3,6 +3,7 @@
 # Every module's public names, re-exported: ``from companion.core import ...``.
 from . import (
     devices,
+    precision,
     profiles,
     data,
     loaders,
@@ -14,6 +15,7 @@ from . import (
     listing,
 )
 from .devices import *  # noqa: F401,F403
+from .precision import *  # noqa: F401,F403
 from .profiles import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
 from .loaders import *  # noqa: F401,F403
@@ -28,6 +30,7 @@ __all__ = list(
     dict.fromkeys(
         [
             *devices.__all__,
+            *precision.__all__,
             *profiles.__all__,
             *data.__all__,
             *loaders.__all__,

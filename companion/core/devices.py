@@ -22,6 +22,7 @@ __all__ = [
     "gpu_count",
     "try_devices",
     "as_devices",
+    "model_device",
     "describe_devices",
     "synchronize",
     "synchronize_all",
@@ -77,6 +78,19 @@ def as_devices(devices: Sequence[Device]) -> list[torch.device]:
             d = torch.device("cuda", torch.cuda.current_device())
         out.append(d)
     return out
+
+
+def model_device(net: torch.nn.Module) -> torch.device:
+    """Where ``net`` computes: the device of its first parameter (or buffer); else the CPU.
+
+    Functions that take a model move their inputs here, as d2l's helpers do,
+    so no caller has to remember to.
+    """
+    for t in net.parameters():
+        return t.device
+    for t in net.buffers():
+        return t.device
+    return torch.device("cpu")
 
 
 def synchronize(device: Device | None = None) -> None:

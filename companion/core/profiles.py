@@ -13,7 +13,9 @@ profile   data                            model                               ep
 
 The profile comes from ``BOOK_PROFILE`` when it is set, else from the
 hardware: ``gpu`` when CUDA is available, ``cpu`` otherwise. CI and the
-committed notebook outputs use ``BOOK_PROFILE=ci``.
+committed notebook outputs use ``BOOK_PROFILE=ci``. ``BOOK_DATA`` replaces
+the profile's data set, e.g. ``BOOK_DATA=synthetic`` to time the GPU path
+offline (``make gpu-check``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from .devices import gpu_count
 
-__all__ = ["Profile", "PROFILES", "get_profile", "describe_setup"]
+__all__ = ["Profile", "PROFILES", "DATASETS", "get_profile", "describe_setup"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class Profile:
     """Sizes and settings for one kind of machine."""
 
     name: str
-    dataset: str  # "mnist-sample" or "fashion-mnist"
+    dataset: str  # "mnist-sample", "fashion-mnist" or "synthetic"
     models: tuple[str, ...]
     epochs: int
     batch_size: int
@@ -44,6 +46,8 @@ class Profile:
         """The main model of the profile (the first of ``models``)."""
         return self.models[0]
 
+
+DATASETS = ("fashion-mnist", "mnist-sample", "synthetic")
 
 PROFILES: dict[str, Profile] = {
     "ci": Profile(
@@ -99,6 +103,13 @@ def get_profile(name: str | Profile | None = None) -> Profile:
             f"(set BOOK_PROFILE to one of them, or unset it to let the hardware choose)"
         )
     profile = PROFILES[key]
+    if data := os.environ.get("BOOK_DATA", "").strip():
+        if data not in DATASETS:
+            raise ValueError(
+                f"BOOK_DATA={data!r} is not a data set; use one of {', '.join(DATASETS)} "
+                f"(synthetic works offline), or unset it"
+            )
+        profile = replace(profile, dataset=data)
     if key == "gpu":
         gpus = max(1, gpu_count())
         profile = replace(profile, device_counts=tuple(range(1, gpus + 1)))
@@ -115,8 +126,9 @@ def describe_setup(profile: Profile | None = None) -> str:
         meaning = f"{gpus} GPUs: multi-device cells run on real, distinct GPUs"
     elif gpus == 1:
         meaning = (
-            "one GPU: 'several devices' are virtual (the GPU repeated): "
-            "same results, no speed-up"
+            "one GPU: 'several devices' are virtual (the GPU repeated), and several "
+            "processes share\nthe CPU (gloo; nccl needs a GPU per process): same "
+            "results, no speed-up"
         )
     else:
         meaning = (
@@ -124,7 +136,7 @@ def describe_setup(profile: Profile | None = None) -> str:
             "same results, no speed-up"
         )
     return (
-        f"profile '{profile.name}' ({profile.notes}); hardware: {hardware_label()}\n"
+        f"profile '{profile.name}' ({profile.notes})\nhardware: {hardware_label()}\n"
         f"{meaning}\n"
         f"data {profile.dataset}, model {' + '.join(profile.models)}, "
         f"{profile.epochs} epochs, batch {profile.batch_size}, lr {profile.lr}, "

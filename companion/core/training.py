@@ -13,7 +13,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from .devices import hardware_label, synchronize
+from .devices import hardware_label, model_device, synchronize
 from .profiles import Profile, get_profile
 from .results import Record
 
@@ -40,6 +40,8 @@ def set_seed(seed: int) -> None:
 class Timer:
     """A wall-clock timer that synchronises ``device`` before reading the clock.
 
+    ``None`` synchronises the current GPU, if there is one.
+
     Use as a context manager; the elapsed seconds end up in ``.seconds``::
 
         with Timer(device) as t:
@@ -47,7 +49,7 @@ class Timer:
         t.seconds
     """
 
-    def __init__(self, device: torch.device | str | None = "cpu"):
+    def __init__(self, device: torch.device | str | None = None):
         self.device = device
         self.seconds = 0.0
 
@@ -68,9 +70,13 @@ def accuracy(y_hat: torch.Tensor, y: torch.Tensor) -> int:
 
 @torch.no_grad()
 def evaluate_accuracy(
-    net: nn.Module, data_iter: Iterable, device: torch.device | str = "cpu"
+    net: nn.Module, data_iter: Iterable, device: torch.device | str | None = None
 ) -> float:
-    """Fraction of examples in ``data_iter`` classified correctly (in eval mode)."""
+    """Fraction of examples in ``data_iter`` classified correctly (in eval mode).
+
+    The batches go to ``device``, by default the device of ``net``.
+    """
+    device = device or model_device(net)
     was_training = net.training
     net.eval()
     correct = total = 0
@@ -91,9 +97,14 @@ def train_step(
     loss_fn: nn.Module,
     optimizer: torch.optim.Optimizer,
 ) -> torch.Tensor:
-    """One minibatch SGD step; returns the (detached) mean loss of the batch."""
+    """One minibatch SGD step; returns the (detached) mean loss of the batch.
+
+    ``X`` goes to the model's device; the labels go where the output is
+    (the model's device, or the output device of ``nn.DataParallel``).
+    """
     optimizer.zero_grad(set_to_none=True)
-    loss = loss_fn(net(X), y)
+    y_hat = net(X.to(model_device(net), non_blocking=True))
+    loss = loss_fn(y_hat, y.to(y_hat.device, non_blocking=True))
     loss.backward()
     optimizer.step()
     return loss.detach()
@@ -104,14 +115,16 @@ def train_epoch(
     train_iter: Iterable,
     loss_fn: nn.Module,
     optimizer: torch.optim.Optimizer,
-    device: torch.device | str,
+    device: torch.device | str | None = None,
     progress=None,
 ) -> tuple[float, int]:
     """One pass over ``train_iter``; returns ``(mean training loss, samples seen)``.
 
-    The loss is summed on the device and read once at the end: calling
-    ``.item()`` every step would force a synchronisation per step.
+    Batches go to ``device`` (by default the model's). The loss is summed on
+    the device and read once at the end: calling ``.item()`` every step would
+    force a synchronisation per step.
     """
+    device = device or model_device(net)
     net.train()
     loss_sum = torch.zeros((), device=device)
     n = 0
@@ -150,7 +163,7 @@ def train(
     *,
     epochs: int,
     lr: float,
-    device: torch.device | str = "cpu",
+    device: torch.device | str | None = None,
     method: str = "1 device",
     n_devices: int = 1,
     profile: Profile | str | None = None,
@@ -169,7 +182,7 @@ def train(
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
     profile = profile if isinstance(profile, Profile) else get_profile(profile)
-    device = torch.device(device)
+    device = torch.device(device) if device is not None else model_device(net)
     net.to(device)
     loss_fn = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(net.parameters(), lr=lr)

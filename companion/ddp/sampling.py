@@ -24,6 +24,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from ..core.batches import check_batch_size
 from ..core.data import ImageSet
+from ..core.devices import model_device
 from .detectors import check_eval_count
 
 __all__ = [
@@ -119,7 +120,7 @@ def count_correct(
 def evaluate_distributed(
     net: nn.Module,
     dataset: ImageSet,
-    device: torch.device | str = "cpu",
+    device: torch.device | str | None = None,
     batch_size: int = 256,
 ) -> float:
     """Test accuracy over the whole of ``dataset``, each rank evaluating its share.
@@ -132,6 +133,7 @@ def evaluate_distributed(
     :class:`~companion.ddp.detectors.EvaluationMiscount` unless exactly
     ``len(dataset)`` samples were counted. Call it on every rank.
     """
+    device = device or model_device(net)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     idx = torch.tensor(eval_indices(len(dataset), rank, world_size), dtype=torch.long)
     X, y = ImageSet(dataset.images[idx], dataset.labels[idx]).tensors(device)

@@ -4,7 +4,7 @@ import torch
 from companion.core import data as data_mod
 from companion.core import DeviceLoader, data_loader, load_iters
 from companion.core import ImageSet, load_data, load_fashion_mnist, load_mnist_sample
-from companion.core import get_profile
+from companion.core import describe_setup, get_profile
 
 pytestmark = pytest.mark.ch1
 
@@ -138,3 +138,27 @@ def test_load_iters_kinds(sample):
     assert isinstance(tr, DeviceLoader) and not te.shuffle
     tr, te = load_iters(sample, 50, resident=False)
     assert isinstance(tr, torch.utils.data.DataLoader)
+
+
+def test_synthetic_data_is_fashion_mnist_shaped_deterministic_and_says_what_it_is():
+    from companion.core import load_synthetic
+
+    a, b = load_synthetic(200, 50, seed=1), load_synthetic(200, 50, seed=1)
+    assert (len(a.train), len(a.test)) == (200, 50) and len(a.classes) == 10
+    assert a.train.images.dtype == torch.uint8 and a.train.images.shape == (200, 28, 28)
+    assert torch.equal(a.train.images, b.train.images) and torch.equal(a.test.labels, b.test.labels)
+    assert not torch.equal(load_synthetic(200, 50, seed=2).train.images, a.train.images)
+    assert "synthetic" in a.name and set(a.train.labels.tolist()) <= set(range(10))
+
+
+def test_book_data_replaces_the_profile_data_set_and_refuses_unknown_names(monkeypatch, capsys):
+    from companion.core import get_profile
+
+    monkeypatch.setenv("BOOK_DATA", "synthetic")
+    profile = get_profile("ci")
+    assert profile.dataset == "synthetic" and "data synthetic" in describe_setup(profile)
+    data = load_data(profile)
+    assert "synthetic" in data.name and "synthetic" in capsys.readouterr().out
+    monkeypatch.setenv("BOOK_DATA", "imagenet")
+    with pytest.raises(ValueError, match="BOOK_DATA='imagenet' is not a data set.*synthetic"):
+        get_profile("ci")

@@ -1,4 +1,7 @@
 import pytest
+import torch
+
+from companion.core import devices
 
 from companion.core import profiles
 from companion.core import PROFILES, describe_setup, get_profile
@@ -43,7 +46,14 @@ def test_profiles_match_the_design_table():
     assert PROFILES["gpu"].models == ("resnet18", "lenet")
 
 
-def test_setup_notice_names_profile_and_hardware(monkeypatch):
-    monkeypatch.setattr(profiles, "gpu_count", lambda: 0)
+@pytest.mark.parametrize("gpus, hardware, meaning", [
+    (0, "hardware: CPU", "no GPU"),
+    (1, "hardware: 1x Fake GPU", "one GPU: 'several devices' are virtual"),
+    (2, "hardware: 2x Fake GPU", "2 GPUs: multi-device cells run on real, distinct GPUs"),
+])
+def test_setup_notice_names_profile_and_hardware(monkeypatch, gpus, hardware, meaning):
+    monkeypatch.setattr(profiles, "gpu_count", lambda: gpus)
+    monkeypatch.setattr(devices, "gpu_count", lambda: gpus)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "Fake GPU")
     text = describe_setup(get_profile("ci"))
-    assert text.startswith("profile 'ci'") and "hardware: CPU" in text and "no GPU" in text
+    assert text.startswith("profile 'ci'") and hardware in text and meaning in text

@@ -210,13 +210,13 @@ def test_gather_turns_scalars_into_a_vector_with_torchs_warning():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("k, n", SPLITS)
-def test_gradients_equal_one_device(k, n, dtype):
+def test_gradients_equal_one_device(k, n, dtype, device, strict):
     set_seed(0)
-    net = lenet().to(dtype)
+    net = lenet().to(device, dtype)
     single = copy.deepcopy(net)
-    X, y = batch(n, dtype)
+    X, y = (t.to(device) for t in batch(n, dtype))
     X_dp, X_1 = X.clone().requires_grad_(), X.clone().requires_grad_()
-    out = DataParallelByHand(net, cpus(k))(X_dp)
+    out = DataParallelByHand(net, [device] * k)(X_dp)
     nn.functional.cross_entropy(out, y).backward()
     nn.functional.cross_entropy(single(X_1), y).backward()
     assert out.shape == (n, 10)
@@ -225,14 +225,14 @@ def test_gradients_equal_one_device(k, n, dtype):
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
-def test_parameters_after_sgd_steps_equal_one_device(k):
+def test_parameters_after_sgd_steps_equal_one_device(k, device, strict):
     set_seed(0)
-    net = lenet()
+    net = lenet().to(device)
     single = copy.deepcopy(net)
-    dp_net = DataParallelByHand(net, cpus(k))
+    dp_net = DataParallelByHand(net, [device] * k)
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (dp_net, single)]
     for step, n in enumerate([13, 16, 11, 9, 14]):  # uneven and even chunks
-        X, y = batch(n, seed=step)
+        X, y = batch(n, seed=step)  # on the CPU: train_step moves them to the model
         train_step(dp_net, X, y, nn.CrossEntropyLoss(), opts[0])
         train_step(single, X, y, nn.CrossEntropyLoss(), opts[1])
     torch.testing.assert_close(list(net.parameters()), list(single.parameters()))

@@ -21,7 +21,7 @@ def test_fingerprints_are_equal_for_equal_bits_and_ignore_the_wrapper():
     assert fingerprint(net) == fingerprint(twin) == fingerprint(nn.DataParallel(twin))
     with torch.no_grad():  # change one parameter by one unit in the last place
         w = twin[0].weight
-        w[0, 0, 0, 0] = torch.nextafter(w[0, 0, 0, 0], torch.tensor(1.0))
+        w[0, 0, 0, 0] = torch.nextafter(w[0, 0, 0, 0], torch.tensor(1.0, device=w.device))
     assert fingerprint(net) != fingerprint(twin)
     bn = nn.BatchNorm1d(3)
     before = fingerprint(bn)

@@ -103,3 +103,19 @@ def test_linear_lr():
     assert linear_lr(0.1, 4) == pytest.approx(0.4) and linear_lr(0.1, 1) == 0.1
     with pytest.raises(ValueError, match="lr > 0"):
         linear_lr(0.0, 2)
+
+
+@pytest.mark.multigpu
+def test_nccl_ddp_on_two_gpus_equals_one_process(small):
+    """On real GPUs: nccl, one GPU per rank, TF32 off; the reference runs on the CPU."""
+    from companion.collectives import whoami
+    from companion.core import strict_fp32
+
+    assert [seen["backend"] for seen in launch(whoami, 2, timeout=120)] == ["nccl", "nccl"]
+    with strict_fp32():  # NVIDIA_TF32_OVERRIDE=0 reaches the workers through the environment
+        results = launch(ddp_worker, 2, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, max_steps=5,
+                         timeout=300)
+    expected = train_reference_ddp(2, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=5)
+    assert torch.equal(results[0].params, results[1].params)
+    # GPU and CPU kernels sum in different orders: fp32 rounding, compounded over 5 steps
+    torch.testing.assert_close(results[0].params, expected, rtol=1e-4, atol=1e-5)

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.ch5
 
 
 def flat(net: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+    return torch.cat([p.detach().reshape(-1).cpu() for p in net.parameters()])  # DataParallel may be on cuda:0
 
 
 def test_a_wrapped_model_is_saved_unwrapped_and_loads_into_plain_and_wrapped_models(tmp_path):

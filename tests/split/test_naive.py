@@ -149,16 +149,16 @@ def test_aliased_replicas_would_double_count_gradients():
 @pytest.mark.parametrize("phases", PHASES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
 @pytest.mark.parametrize("k, n", SPLITS)
-def test_gradients_of_one_step_equal_the_full_batch_gradient(k, n, dtype, phases):
+def test_gradients_of_one_step_equal_the_full_batch_gradient(k, n, dtype, phases, device, strict):
     forward_backward, allreduce_grads = PHASES[phases]
     set_seed(0)
-    net = lenet().to(dtype)
-    X, y = batch(n, dtype)
+    net = lenet().to(device, dtype)
+    X, y = (t.to(device) for t in batch(n, dtype))
     reference = copy.deepcopy(net)
     loss = nn.functional.cross_entropy(reference(X), y)
     loss.backward()
-    replicas = copy_replicas(net, cpus(k))
-    X_shards, y_shards = split_batch(X, y, cpus(k))
+    replicas = copy_replicas(net, [device] * k)
+    X_shards, y_shards = split_batch(X, y, [device] * k)
     losses = forward_backward(replicas, X_shards, y_shards, n, PER_SAMPLE)
     allreduce_grads(replicas)
     torch.testing.assert_close(sum(losses), loss.detach())
@@ -170,17 +170,17 @@ def test_gradients_of_one_step_equal_the_full_batch_gradient(k, n, dtype, phases
 @pytest.mark.parametrize("step", STEPS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
 @pytest.mark.parametrize("k, n", SPLITS)
-def test_parameters_after_five_steps_equal_single_device_sgd(k, n, dtype, step):
+def test_parameters_after_five_steps_equal_single_device_sgd(k, n, dtype, step, device, strict):
     train_batch = STEPS[step]
     set_seed(0)
-    net = lenet().to(dtype)
+    net = lenet().to(device, dtype)
     reference = copy.deepcopy(net)
     opt = torch.optim.SGD(reference.parameters(), lr=0.1)
-    replicas = copy_replicas(net, cpus(k))
+    replicas = copy_replicas(net, [device] * k)
     for step in range(5):
-        X, y = batch(n, dtype, seed=step)
+        X, y = (t.to(device) for t in batch(n, dtype, seed=step))
         ref_loss = train_step(reference, X, y, nn.CrossEntropyLoss(), opt)
-        loss = train_batch(X, y, replicas, cpus(k), lr=0.1)
+        loss = train_batch(X, y, replicas, [device] * k, lr=0.1)
         torch.testing.assert_close(loss, ref_loss)
     for replica in replicas:
         assert all(p.grad is None for p in replica.parameters())

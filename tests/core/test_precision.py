@@ -1,0 +1,64 @@
+"""Exact fp32 for equivalence checks, and a faithful emulation of TF32's rounding."""
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from companion.core import gradient_gap, lenet, round_to_tf32, set_seed, strict_fp32, tf32_emulation
+
+pytestmark = pytest.mark.ch2
+
+
+def test_round_to_tf32_keeps_ten_mantissa_bits_rounding_to_nearest_even():
+    ulp = 2.0**-10  # of numbers in [1, 2)
+    x = torch.tensor([1.0, 1 + ulp / 2, 1 + 1.5 * ulp, 1 + ulp + ulp / 4, 1 + ulp * 0.75, -3.14159])
+    assert round_to_tf32(x).tolist() == [1.0, 1.0, 1 + 2 * ulp, 1 + ulp, 1 + ulp, -3.140625]
+
+
+def test_round_to_tf32_error_is_at_most_half_a_tf32_ulp_and_it_is_idempotent():
+    x = torch.randn(100_000) * torch.logspace(-20, 20, 100_000)
+    r = round_to_tf32(x)
+    assert torch.all((r.view(torch.int32) & 0x1FFF) == 0)  # the 13 dropped bits are zero
+    assert torch.all(((r - x).abs() / x.abs()) <= 2.0**-11)
+    assert torch.equal(round_to_tf32(r), r)
+    with pytest.raises(TypeError, match="float32"):
+        round_to_tf32(x.double())
+
+
+def test_strict_fp32_switches_tf32_off_and_restores_everything():
+    before = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
+              torch.get_float32_matmul_precision(), os.environ.get("NVIDIA_TF32_OVERRIDE"))
+    with strict_fp32():
+        assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+        assert torch.get_float32_matmul_precision() == "highest"
+        assert os.environ["NVIDIA_TF32_OVERRIDE"] == "0"  # inherited by launched workers
+    after = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
+             torch.get_float32_matmul_precision(), os.environ.get("NVIDIA_TF32_OVERRIDE"))
+    assert after == before
+
+
+def test_tf32_emulation_rounds_inside_and_leaves_the_model_unchanged(device):
+    set_seed(0)
+    net = lenet().to(device)
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    X = torch.rand(8, 1, 28, 28, device=device)
+    exact = net(X)
+    with tf32_emulation(net):
+        emulated = net(X)
+    assert not torch.equal(emulated, exact)
+    torch.testing.assert_close(emulated, exact, rtol=1e-2, atol=1e-3)  # close, not equal
+    assert list(net.state_dict()) == list(state)
+    assert all(torch.equal(net.state_dict()[k], v) for k, v in state.items())
+    torch.testing.assert_close(net(X), exact, rtol=0, atol=0)
+
+
+def test_gradient_gap_is_tf32_sized_on_a_smooth_model(device):
+    set_seed(0)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(784, 64), nn.Tanh(), nn.Linear(64, 10)).to(device)
+    X, y = torch.rand(32, 1, 28, 28, device=device), torch.randint(0, 10, (32,), device=device)
+    gap = gradient_gap(net, X, y)
+    # TF32 keeps 11 significant bits: relative errors of about 2**-11 = 4.9e-4
+    assert 1e-5 < gap["emulated relative"] < 5e-3
+    assert ("cuda relative" in gap) == (device.type == "cuda")
+    assert all(p.grad is None for p in net.parameters())
