@@ -116,6 +116,9 @@ def get_profile(name: str | Profile | None = None) -> Profile:
     return profile
 
 
+_FALLBACK = {"cpu": " (the offline sample without a network: see the 'data:' line)"}
+
+
 def describe_setup(profile: Profile | None = None) -> str:
     """The notice printed atop every chapter: profile, hardware, and what they mean."""
     from .devices import hardware_label
@@ -138,7 +141,8 @@ def describe_setup(profile: Profile | None = None) -> str:
     return (
         f"profile '{profile.name}' ({profile.notes})\nhardware: {hardware_label()}\n"
         f"{meaning}\n"
-        f"data {profile.dataset}, model {' + '.join(profile.models)}, "
+        f"data set {profile.dataset}{_FALLBACK.get(profile.name, '')}\n"
+        f"model {' + '.join(profile.models)}, "
         f"{profile.epochs} epochs, batch {profile.batch_size}, lr {profile.lr}, "
         f"device counts {list(profile.device_counts)}"
     )

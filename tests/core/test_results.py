@@ -5,7 +5,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from companion.core import Record, load_records, plot_scaling, save_records, summarize
+from companion.core import Record, final_accuracy, load_records, plot_scaling, save_records, summarize
 
 pytestmark = pytest.mark.ch1
 
@@ -44,11 +44,21 @@ def test_save_is_atomic_on_failure(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
-def test_summarize_uses_last_epoch_and_mean_time():
+def test_summarize_averages_the_last_half_of_the_epochs_and_the_time_of_all():
     text = summarize([rec(epoch=1, acc=0.5, sec=1.0), rec(epoch=2, acc=0.9, sec=3.0)])
     line = text.splitlines()[1].split()
-    assert line[-4:] == ["2", "0.900", "2.000", "50"]
+    assert line[-5:] == ["2", "0.900", "(0.900-0.900)", "2.000", "50"]  # 2 epochs: the last one
+    four = [rec(epoch=e, acc=a) for e, a in zip((4, 1, 3, 2), (0.9, 0.5, 0.8, 0.6))]
+    assert final_accuracy(four) == (pytest.approx(0.85), 0.8, 0.9, 2)
+    assert summarize(four).splitlines()[1].split()[3:5] == ["0.850", "(0.800-0.900)"]
+    assert "mean of the last 2 epoch(s)" in summarize(four)
     assert text.endswith("measured on: CPU, 2 cores (x86_64), profile ci")
+
+
+def test_summarize_columns_line_up_for_long_method_names():
+    text = summarize([rec("DataParallel by hand (virtual devices, long name)", 2), rec("m", 1)])
+    header, first, second = text.splitlines()[:3]
+    assert header.index("devices") + len("devices") == first.index(" 2") + 2 == second.index(" 1") + 2
 
 
 def test_plot_scaling_draws_two_panels_against_device_count():
@@ -64,7 +74,7 @@ def test_plot_scaling_draws_two_panels_against_device_count():
         2,
         4,
     ]
-    x, y = acc_ax.lines[0].get_data()
+    x, y = acc_ax.containers[0].lines[0].get_data()  # the errorbar's data line
     assert list(x) == [1, 2] and list(y) == pytest.approx([0.6, 0.7])
     assert time_ax.get_ylabel() == "seconds per epoch"
     assert "profile 'ci'" in fig._suptitle.get_text()
@@ -75,8 +85,9 @@ def test_plot_scaling_draws_two_panels_against_device_count():
 def test_equal_methods_stay_distinguishable_and_accuracy_axis_stays_in_range():
     records = [rec(m, n, acc=0.99) for m in ("a", "b") for n in (1, 2)]
     fig = plot_scaling(records)
-    a, b = fig.axes[0].lines
+    a, b = (c.lines[0] for c in fig.axes[0].containers)
     assert (a.get_marker(), a.get_linestyle()) != (b.get_marker(), b.get_linestyle())
+    assert all(xa != xb for xa, xb in zip(a.get_xdata(), b.get_xdata()))  # drawn side by side
     low, high = fig.axes[0].get_ylim()
     assert 0.99 < high <= 1.01 and high - low >= 0.1
 
