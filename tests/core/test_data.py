@@ -156,7 +156,7 @@ def test_book_data_replaces_the_profile_data_set_and_refuses_unknown_names(monke
 
     monkeypatch.setenv("BOOK_DATA", "synthetic")
     profile = get_profile("ci")
-    assert profile.dataset == "synthetic" and "data synthetic" in describe_setup(profile)
+    assert profile.dataset == "synthetic" and "data set synthetic" in describe_setup(profile)
     data = load_data(profile)
     assert "synthetic" in data.name and "synthetic" in capsys.readouterr().out
     monkeypatch.setenv("BOOK_DATA", "imagenet")
