@@ -12,13 +12,9 @@ from .allreduce import *  # noqa: F401,F403
 from .costmodel import *  # noqa: F401,F403
 from .partition import *  # noqa: F401,F403
 
-__all__ = list(
-    dict.fromkeys(
-        [
-            *tour.__all__,
-            *allreduce.__all__,
-            *costmodel.__all__,
-            *partition.__all__,
-        ]
-    )
-)
+__all__ = list(dict.fromkeys([
+    *tour.__all__,
+    *allreduce.__all__,
+    *costmodel.__all__,
+    *partition.__all__,
+]))

@@ -6,13 +6,14 @@ which sample, :mod:`.detectors` and :mod:`.mistakes` the common mistakes.
 """
 
 # Every module's public names, re-exported: ``from companion.ddp import ...``.
-from . import config, training, cli, sampling, detectors, mistakes
+from . import config, training, cli, sampling, detectors, mistakes, syncbn
 from .config import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
 from .cli import *  # noqa: F401,F403
 from .sampling import *  # noqa: F401,F403
 from .detectors import *  # noqa: F401,F403
 from .mistakes import *  # noqa: F401,F403
+from .syncbn import *  # noqa: F401,F403
 
 __all__ = list(
     dict.fromkeys(
@@ -23,6 +24,7 @@ __all__ = list(
             *sampling.__all__,
             *detectors.__all__,
             *mistakes.__all__,
+            *syncbn.__all__,
         ]
     )
 )
