@@ -2,17 +2,19 @@
 
 ``torchrun --standalone --nproc-per-node=2 -m companion.ddp --help`` runs
 :mod:`.cli`; :mod:`.training` is the trainer, :mod:`.sampling` who reads
-which sample, :mod:`.detectors` and :mod:`.mistakes` the common mistakes.
+which sample, :mod:`.detectors` and :mod:`.mistakes` the common mistakes,
+:mod:`.unused` parameters that ``forward`` never uses.
 """
 
 # Every module's public names, re-exported: ``from companion.ddp import ...``.
-from . import config, training, cli, sampling, detectors, mistakes
+from . import config, training, cli, sampling, detectors, mistakes, unused
 from .config import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
 from .cli import *  # noqa: F401,F403
 from .sampling import *  # noqa: F401,F403
 from .detectors import *  # noqa: F401,F403
 from .mistakes import *  # noqa: F401,F403
+from .unused import *  # noqa: F401,F403
 
 __all__ = list(
     dict.fromkeys(
@@ -23,6 +25,7 @@ __all__ = list(
             *sampling.__all__,
             *detectors.__all__,
             *mistakes.__all__,
+            *unused.__all__,
         ]
     )
 )
