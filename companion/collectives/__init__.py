@@ -2,19 +2,26 @@
 
 :mod:`.tour` (point-to-point and collectives, live), :mod:`.allreduce` (naive,
 ring, pipelined ring, recursive doubling), :mod:`.costmodel` (alpha-beta),
-:mod:`.partition` (``DataPartitioner`` and ``average_gradients`` training).
+:mod:`.partition` (``DataPartitioner`` and ``average_gradients`` training),
+:mod:`.uneven` (uneven local batches: weigh the ranks by their samples).
 """
 
 # Every module's public names, re-exported: ``from companion.collectives import ...``.
-from . import tour, allreduce, costmodel, partition
+from . import tour, allreduce, costmodel, partition, uneven
 from .tour import *  # noqa: F401,F403
 from .allreduce import *  # noqa: F401,F403
 from .costmodel import *  # noqa: F401,F403
 from .partition import *  # noqa: F401,F403
+from .uneven import *  # noqa: F401,F403
 
-__all__ = list(dict.fromkeys([
-    *tour.__all__,
-    *allreduce.__all__,
-    *costmodel.__all__,
-    *partition.__all__,
-]))
+__all__ = list(
+    dict.fromkeys(
+        [
+            *tour.__all__,
+            *allreduce.__all__,
+            *costmodel.__all__,
+            *partition.__all__,
+            *uneven.__all__,
+        ]
+    )
+)

@@ -9,6 +9,9 @@ hand-written ring all-reduce, so every replica takes the same step. With
 equal shards and local batch ``global_batch / world_size`` this is exactly
 single-process SGD on the union of the ranks' minibatches
 (:func:`train_reference` computes that, and a test checks the two agree).
+``dist_tuto`` divides the summed gradients by the world size, which is wrong
+as soon as the ranks' batches differ in size; ``average_gradients`` weighs
+each rank by its sample count when given it (see :mod:`.uneven`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Dataset, Subset
 
-from ..core.batches import rank_batch_size
+from ..core.batches import check_batch_size, rank_batch_size
 from ..core.data import Data, ImageSet
 from ..core.devices import hardware_label
 from ..core.loaders import DeviceLoader
@@ -96,19 +99,42 @@ class DataPartitioner:
         return Subset(self.dataset, idx.tolist())
 
 
-def average_gradients(net: nn.Module, allreduce: str = "ring") -> None:
+def average_gradients(
+    net: nn.Module, allreduce: str = "ring", n_local: int | None = None
+) -> None:
     """Replace each gradient of ``net`` with its average over all ranks, in place.
 
     One all-reduce per parameter tensor, as in the ``dist_tuto`` recipe;
     ``allreduce`` names one of :data:`~companion.collectives.allreduce.ALLREDUCES`.
+    Without ``n_local`` every rank's mean gradient counts equally (the sum
+    over the world size): right only when every rank averaged over the same
+    number of samples. With ``n_local``, this rank's sample count, each
+    rank's mean is weighed by its count: the sums ``n_local * grad`` and the
+    total count are all-reduced and divided, which gives the gradient of the
+    mean loss over the global batch however unevenly it was split.
     """
+    reduce = _check_averaging(allreduce, n_local)
+    grads = [p.grad for p in net.parameters() if p.grad is not None]
+    if n_local is None:
+        for grad in grads:
+            allreduce_mean(grad, reduce)
+        return
+    n_total = torch.tensor([float(n_local)], device=grads[0].device)
+    reduce(n_total)  # one extra, one-element all-reduce per step
+    for grad in grads:
+        grad *= n_local  # this rank's sum of per-sample gradients
+        reduce(grad)
+        grad /= n_total
+
+
+def _check_averaging(allreduce: str, n_local: int | None):
     if allreduce not in ALLREDUCES:
         raise ValueError(
             f"unknown all-reduce {allreduce!r}; choose from {list(ALLREDUCES)}"
         )
-    for param in net.parameters():
-        if param.grad is not None:
-            allreduce_mean(param.grad, ALLREDUCES[allreduce])
+    if n_local is not None:
+        check_batch_size(n_local, "n_local")
+    return ALLREDUCES[allreduce]
 
 
 class TrainResult(NamedTuple):
@@ -139,9 +165,12 @@ def train_worker(
     (:meth:`DataPartitioner.even`), reshuffled every epoch with seed
     ``seed + r``, in minibatches of ``global_batch / world_size``; sizes left
     unset come from the profile (the model too: pass ``model="lenet"`` for an
-    exact comparison, since BatchNorm's statistics are per rank). Rank 0 records each epoch: test accuracy on
-    the whole test set, seconds of training, training loss averaged over all
-    ranks. ``max_steps`` stops early.
+    exact comparison, since BatchNorm's statistics are per rank). The last
+    minibatch of an epoch is short when the shard is not a multiple of the
+    batch, so gradients are averaged weighed by each rank's sample count
+    (``n_local``). Rank 0 records each epoch: test accuracy on the whole test
+    set, seconds of training, training loss averaged over all ranks.
+    ``max_steps`` stops early.
     """
     if max_steps is not None and max_steps < 1:
         raise ValueError(
@@ -169,8 +198,8 @@ def train_worker(
                 optimizer.zero_grad(set_to_none=True)
                 loss = loss_fn(net(X), y)
                 loss.backward()
-                with Timer(device) as averaging:
-                    average_gradients(net, allreduce)
+                with Timer(device) as averaging:  # weighed: the last batch may be short
+                    average_gradients(net, allreduce, n_local=len(y))
                 allreduce_seconds[-1] += averaging.seconds
                 optimizer.step()
                 totals[0] += loss.detach() * len(y)

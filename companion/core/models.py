@@ -1,8 +1,9 @@
 """Models: LeNet, the small-image ResNet-18 of d2l, and the ConvNet of a DDP job script.
 
-Used in: every chapter (chapter 1 introduces them).
+Used in: every chapter (chapter 1 introduces them; chapter 5 adds ``lenet-bn``,
+LeNet with BatchNorm, for its tests of buffers).
 
-All three take ``(N, 1, 28, 28)`` images and return ``(N, 10)`` logits.
+All of them take ``(N, 1, 28, 28)`` images and return ``(N, 10)`` logits.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from torch.nn import functional as F
 
 __all__ = [
     "lenet",
+    "lenet_bn",
     "Residual",
     "resnet18",
     "ConvNet",
@@ -49,6 +51,21 @@ def lenet(num_classes: int = 10) -> nn.Sequential:
             nn.init.xavier_uniform_(layer.weight)
             nn.init.zeros_(layer.bias)
     return net
+
+
+def lenet_bn(num_classes: int = 10) -> nn.Sequential:
+    """:func:`lenet` with a ``BatchNorm2d`` after each convolution: a small model with buffers.
+
+    Its running means and variances are buffers, updated by every training
+    forward pass; chapter 5 tests with it what ResNet-18 (too slow on a CPU
+    for tests) would show, that DDP keeps buffers equal only as of its
+    broadcast at the start of each forward pass.
+    """
+    net = lenet(num_classes)
+    layers = list(net)
+    return nn.Sequential(
+        *layers[:1], nn.BatchNorm2d(6), *layers[1:4], nn.BatchNorm2d(16), *layers[4:]
+    )
 
 
 class Residual(nn.Module):
@@ -140,12 +157,17 @@ class ConvNet(nn.Module):
         return self.dense2(F.relu(self.dense1(X)))
 
 
-MODELS = {"lenet": lenet, "resnet18": resnet18, "convnet": ConvNet}
+MODELS = {
+    "lenet": lenet,
+    "resnet18": resnet18,
+    "convnet": ConvNet,
+    "lenet-bn": lenet_bn,
+}
 
 
 def get_model(name: str, num_classes: int = 10) -> nn.Module:
-    """A fresh model by name: ``"lenet"``, ``"resnet18"`` or ``"convnet"``."""
-    if name not in MODELS:
+    """A fresh model by name: ``"lenet"``, ``"resnet18"``, ``"convnet"``, ``"lenet-bn"``."""
+    if not isinstance(name, str) or name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     return MODELS[name](num_classes)
 

@@ -2,12 +2,14 @@
 
 ``torchrun --standalone --nproc-per-node=2 -m companion.ddp --help`` runs
 :mod:`.cli`; :mod:`.training` is the trainer, :mod:`.sampling` who reads
-which sample, :mod:`.detectors` and :mod:`.mistakes` the common mistakes.
+which sample, :mod:`.detectors` and :mod:`.mistakes` the common mistakes,
+:mod:`.unused` parameters that ``forward`` never uses.
 """
 
 # Every module's public names, re-exported: ``from companion.ddp import ...``.
-from . import config, training, cli, sampling, detectors, mistakes, syncbn
+from . import config, unused, training, cli, sampling, detectors, mistakes, syncbn
 from .config import *  # noqa: F401,F403
+from .unused import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
 from .cli import *  # noqa: F401,F403
 from .sampling import *  # noqa: F401,F403
@@ -19,6 +21,7 @@ __all__ = list(
     dict.fromkeys(
         [
             *config.__all__,
+            *unused.__all__,
             *training.__all__,
             *cli.__all__,
             *sampling.__all__,

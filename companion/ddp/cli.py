@@ -78,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="multiply lr by N (linear scaling, for a fixed --per-rank-batch)",
     )
+    add(
+        "--find-unused-parameters",
+        action="store_true",
+        help="let DDP skip parameters that forward does not use (costs an extra "
+        "traversal of the autograd graph every step; without it they are an error)",
+    )
     add("--log-dir", help="TensorBoard log directory (rank 0 writes it)")
     add("--checkpoint", help="checkpoint file (rank 0 writes it atomically)")
     add("--seed", type=int, default=0, help="seed of the model and shuffles (0)")
@@ -141,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             epochs=args.epochs,
             lr=args.lr,
             scale_lr=args.scale_lr,
+            find_unused_parameters=args.find_unused_parameters,
             log_dir=args.log_dir,
             checkpoint=args.checkpoint,
             seed=args.seed,

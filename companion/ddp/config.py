@@ -43,6 +43,9 @@ class DDPConfig:
     seed: int = 0
     max_steps: int | None = None  # stop early
     checks: bool = True  # run the detectors at the end
+    # DDP looks for parameters that forward does not use, after every forward pass:
+    # an extra traversal of the autograd graph each step. Off: they raise first.
+    find_unused_parameters: bool = False
     verbose: bool = False
 
     def resolve(self, world_size: int) -> "DDPConfig":

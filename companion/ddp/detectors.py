@@ -37,6 +37,7 @@ __all__ = [
     "ProbabilitiesNotLogits",
     "EvaluationMiscount",
     "fingerprint",
+    "track_buffers",
     "check_replicas_in_sync",
     "check_disjoint_shards",
     "check_order_changes",
@@ -72,24 +73,55 @@ class EvaluationMiscount(MistakeDetected):
     """An evaluation did not count every test sample exactly once."""
 
 
-def fingerprint(net: nn.Module) -> str:
+def fingerprint(net: nn.Module, buffers: dict[str, torch.Tensor] | None = None) -> str:
     """A short hash of every parameter and buffer of ``net``, bit for bit.
 
     Replicas kept in sync by DDP hold identical bits, hence equal
     fingerprints; one flipped bit changes it. A DDP wrapper and the module it
     wraps have the same fingerprint (the ``module.`` prefix is ignored).
+    Buffers are hashed as given in ``buffers`` (names without ``module.``)
+    where it has them, else as they are now: pass the snapshot of
+    :func:`track_buffers` to hash the buffers as DDP last broadcast them.
     """
+    state = {k.removeprefix("module."): v for k, v in net.state_dict().items()}
+    state.update(buffers or {})
     digest = hashlib.sha256()
-    state = net.state_dict()
     for name in sorted(state):
         tensor = state[name].detach().cpu().contiguous()
-        digest.update(name.removeprefix("module.").encode())
+        digest.update(name.encode())
         digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:16]
 
 
+def track_buffers(net: nn.Module) -> dict[str, torch.Tensor]:
+    """A dict that holds ``net``'s buffers as of the start of its last training forward.
+
+    A forward pre-hook on the module DDP wraps (``net.module``, or ``net``
+    itself when it is not wrapped) copies the buffers whenever the module is
+    called in training mode. DDP broadcasts rank 0's buffers *before* calling
+    the module, so the copies are the broadcast values: equal on every rank,
+    whereas the buffers themselves (BatchNorm's running statistics) then move
+    with each rank's own batch. Evaluation (``eval()`` mode) leaves it alone.
+    """
+    module = getattr(net, "module", net)
+    snapshot: dict[str, torch.Tensor] = {}
+
+    def hook(mod: nn.Module, args) -> None:
+        if mod.training:
+            snapshot.update({n: b.detach().clone() for n, b in mod.named_buffers()})
+
+    module.register_forward_pre_hook(hook)
+    return snapshot
+
+
 def check_replicas_in_sync(fingerprints: Sequence[str]) -> None:
-    """Raise :class:`ReplicasOutOfSync` unless every rank has rank 0's fingerprint."""
+    """Raise :class:`ReplicasOutOfSync` unless every rank has rank 0's fingerprint.
+
+    The fingerprints must cover what DDP keeps equal: the parameters, and the
+    buffers as of DDP's last broadcast (``fingerprint(net, track_buffers(net))``
+    taken before training). The buffers after the last forward pass differ
+    legitimately between ranks for any model with running statistics.
+    """
     drifted = [r for r, f in enumerate(fingerprints) if f != fingerprints[0]]
     if drifted:
         raise ReplicasOutOfSync(
@@ -170,10 +202,20 @@ class RankTrace(NamedTuple):
     orders: list[torch.Tensor]  # per epoch, the sample indices it read, in order
 
 
-def gather_traces(net: nn.Module, orders: list[torch.Tensor]) -> list[RankTrace]:
-    """Collect every rank's :class:`RankTrace` on every rank (a collective)."""
+def gather_traces(
+    net: nn.Module,
+    orders: list[torch.Tensor],
+    buffers: dict[str, torch.Tensor] | None = None,
+) -> list[RankTrace]:
+    """Collect every rank's :class:`RankTrace` on every rank (a collective).
+
+    The fingerprint covers the parameters and, with ``buffers`` (the snapshot
+    of :func:`track_buffers`), the buffers as DDP last broadcast them; without
+    it, the buffers as they are now (right only for models without running
+    statistics: see :func:`check_replicas_in_sync`).
+    """
     traces: list = [None] * dist.get_world_size()
-    dist.all_gather_object(traces, RankTrace(fingerprint(net), orders))
+    dist.all_gather_object(traces, RankTrace(fingerprint(net, buffers), orders))
     return traces
 
 

@@ -43,8 +43,15 @@ from ..runtime.checkpoint import save_checkpoint
 from ..runtime.group import init_from_env, rank_device
 from ..runtime.tblog import open_writer
 from .config import DDPConfig
-from .detectors import MistakeDetected, RankTrace, diagnose, gather_traces
+from .detectors import (
+    MistakeDetected,
+    RankTrace,
+    diagnose,
+    gather_traces,
+    track_buffers,
+)
 from .sampling import SampledLoader, evaluate_distributed, sampler_indices
+from .unused import check_unused_parameters
 
 __all__ = [
     "DDPResult",
@@ -64,17 +71,32 @@ class DDPResult(NamedTuple):
     trace: RankTrace  # this rank's evidence for companion.ddp.detectors
 
 
-def build_ddp(model: str, device: torch.device, X, y, lr: float, seed: int) -> DDP:
+def build_ddp(
+    model: str,
+    device: torch.device,
+    X,
+    y,
+    lr: float,
+    seed: int,
+    find_unused_parameters: bool = False,
+) -> DDP:
     """The same freshly seeded ``model`` on every rank, warmed up, wrapped in DDP.
 
     Warm-up steps run on a copy (see ``warm_up``), so one-off costs stay out
     of the timed epochs without changing the model. DDP broadcasts rank 0's
-    parameters and buffers when it wraps the model.
+    parameters and buffers when it wraps the model. Without
+    ``find_unused_parameters``, a parameter that ``forward`` does not use on
+    ``(X, y)`` raises :class:`~companion.ddp.unused.UnusedParameters` here,
+    instead of a hang-then-error at the second step; with it, DDP looks for
+    them after every forward pass (an extra traversal of the autograd graph).
     """
     set_seed(seed)
     net = get_model(model).to(device)
+    if not find_unused_parameters:
+        check_unused_parameters(net, X, y)
     warm_up(net, X, y, lr)
-    return DDP(net, device_ids=[device] if device.type == "cuda" else None)
+    ids = [device] if device.type == "cuda" else None
+    return DDP(net, device_ids=ids, find_unused_parameters=find_unused_parameters)
 
 
 def run_epoch(
@@ -113,7 +135,11 @@ def train_ddp(data: Data, profile: Profile | str | None = None, **options) -> DD
     device = rank_device()
     sampler = DistributedSampler(data.train, world_size, rank, seed=cfg.seed)
     train_iter = SampledLoader(data.train, sampler, cfg.per_rank_batch, device)
-    net = build_ddp(cfg.model, device, *next(iter(train_iter)), cfg.lr, cfg.seed)
+    X, y = next(iter(train_iter))
+    net = build_ddp(
+        cfg.model, device, X, y, cfg.lr, cfg.seed, cfg.find_unused_parameters
+    )
+    buffers = track_buffers(net)  # as DDP broadcast them: see check_replicas_in_sync
     loss_fn, optimizer = nn.CrossEntropyLoss(), torch.optim.SGD(
         net.parameters(), lr=cfg.lr
     )
@@ -156,7 +182,7 @@ def train_ddp(data: Data, profile: Profile | str | None = None, **options) -> DD
     finally:
         if writer is not None:
             writer.close()
-    traces = gather_traces(net, orders)
+    traces = gather_traces(net, orders, buffers)
     _check(cfg, traces, len(data.train), len(orders))
     return DDPResult(records, flat_params(net), traces[rank])
 

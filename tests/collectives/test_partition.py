@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch.utils.data import Subset, TensorDataset
 
-from companion.core import ImageSet, load_data
+from companion.core import Data, ImageSet, load_data
 from companion.runtime import launch
 from companion.collectives import DataPartitioner, average_gradients, train_reference, train_worker
 from companion.core import rank_batch_size
@@ -84,6 +84,22 @@ def test_n_processes_equal_one_process_on_the_global_batch(data, world_size, all
         torch.testing.assert_close(outcome.params, expected)
         assert len(outcome.allreduce_seconds) == 1 and outcome.allreduce_seconds[0] >= 0
         assert len(outcome.records) == (1 if rank == 0 else 0)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_short_last_batches_across_epochs_still_match_one_process(data, world_size):
+    # 100 samples: shards of 50 or 33 are not multiples of the local batch of 4, so every
+    # epoch ends in a short batch (2 or 1 samples per rank) and training runs into epoch 2
+    small = Data("small", ImageSet(data.train.images[:100], data.train.labels[:100]), data.test,
+                 data.classes)
+    batch, steps = 4 * world_size, 17
+    outcomes = launch(train_worker, world_size, small, "ci", model="lenet", global_batch=batch,
+                      lr=LR, epochs=3, max_steps=steps, timeout=180, backend="gloo")
+    assert len(outcomes[0].records) == 2  # the short batch ended epoch 1
+    expected = train_reference(world_size, small, "ci", model="lenet", global_batch=batch, lr=LR,
+                               steps=steps)
+    for outcome in outcomes:
+        torch.testing.assert_close(outcome.params, expected)
 
 
 def test_rank_zero_returns_the_records_and_every_replica_ends_equal(data):

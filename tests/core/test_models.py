@@ -6,7 +6,7 @@ from companion.core import ConvNet, count_parameters, get_model, lenet, resnet18
 pytestmark = pytest.mark.ch1
 
 
-@pytest.mark.parametrize("name", ["lenet", "resnet18", "convnet"])
+@pytest.mark.parametrize("name", ["lenet", "resnet18", "convnet", "lenet-bn"])
 def test_models_map_images_to_ten_logits(name):
     net = get_model(name).eval()
     assert net(torch.zeros(3, 1, 28, 28)).shape == (3, 10)
@@ -40,5 +40,13 @@ def test_convnet_returns_logits_not_probabilities():
 
 
 def test_unknown_model():
-    with pytest.raises(ValueError, match="unknown model 'vgg'; choose one of lenet, resnet18, convnet"):
+    with pytest.raises(ValueError, match="unknown model 'vgg'; choose one of lenet, resnet18, convnet, lenet-bn"):
         get_model("vgg")
+
+
+def test_lenet_bn_is_lenet_with_batchnorm_after_each_convolution():
+    net = get_model("lenet-bn")
+    kinds = [type(m).__name__ for m in net]
+    assert kinds[:6] == ["Conv2d", "BatchNorm2d", "ReLU", "MaxPool2d", "Conv2d", "BatchNorm2d"]
+    assert {n for n, _ in net.named_buffers()} >= {"1.running_mean", "5.running_var"}
+    assert count_parameters(net) == count_parameters(lenet()) + 2 * (6 + 16)

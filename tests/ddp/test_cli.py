@@ -57,3 +57,26 @@ def test_help_names_the_torchrun_command():
     for option in ("--epochs", "--global-batch", "--per-rank-batch", "--lr", "--scale-lr", "--log-dir",
                    "--checkpoint", "--profile"):
         assert option in text
+
+
+def test_find_unused_parameters_reaches_train_ddp(no_torchrun, monkeypatch, capsys):
+    import types
+
+    import torch.distributed as dist
+
+    from companion.ddp import cli
+
+    def one_process_group(*args):
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        return True
+
+    seen = {}
+    monkeypatch.setattr(cli, "init_from_env", one_process_group)
+    monkeypatch.setattr(cli, "load_data", lambda *a, **k: None)
+    monkeypatch.setattr(cli, "summarize", lambda records: "summary")
+    monkeypatch.setattr(cli, "train_ddp", lambda data, profile, **o: seen.update(o) or
+                        types.SimpleNamespace(records=[]))
+    for argv, flag in ((["--find-unused-parameters"], True), ([], False)):
+        assert main(["--profile", "ci", *argv]) == 0
+        assert seen["find_unused_parameters"] is flag and not dist.is_initialized()
+    assert "--find-unused-parameters" in build_parser().format_help()

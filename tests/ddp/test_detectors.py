@@ -77,3 +77,31 @@ def test_diagnose_reports_each_problem_once():
     bad = [RankTrace("f", [torch.arange(10)] * 2), RankTrace("g", [torch.arange(10)] * 2)]
     problems = diagnose(bad, 10)
     assert [p.split(":")[0] for p in problems] == ["ReplicasOutOfSync", "DuplicatedWork", "SameOrderEveryEpoch"]
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_buffers_count_as_of_ddps_broadcast_and_unwrapped_models_are_still_caught(world_size):
+    from companion.runtime import launch
+    from tests.ddp.workers import bn_fingerprints
+
+    wrapped = launch(bn_fingerprints, world_size, timeout=120, backend="gloo")
+    now, broadcast = zip(*wrapped)
+    assert len(set(now)) == world_size  # the running statistics moved with each rank's batch
+    check_replicas_in_sync(broadcast)  # what DDP keeps equal is equal
+    alone = launch(bn_fingerprints, world_size, wrap=False, timeout=120, backend="gloo")
+    with pytest.raises(ReplicasOutOfSync):
+        check_replicas_in_sync([f for _, f in alone])
+
+
+def test_tracked_buffers_replace_the_current_ones_and_only_in_training_mode():
+    from companion.ddp import track_buffers
+
+    net = get_model("lenet-bn")
+    buffers = track_buffers(net)
+    before = fingerprint(net)
+    assert buffers == {} and fingerprint(net, buffers) == before
+    net(torch.randn(4, 1, 28, 28))  # training mode: snapshot, then the statistics move
+    assert fingerprint(net) != before and fingerprint(net, buffers) == before
+    snapshot = {k: v.clone() for k, v in buffers.items()}
+    net.eval()(torch.randn(4, 1, 28, 28))
+    assert all(torch.equal(buffers[k], snapshot[k]) for k in snapshot)

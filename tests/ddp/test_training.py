@@ -105,6 +105,46 @@ def test_linear_lr():
         linear_lr(0.0, 2)
 
 
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_batchnorm_model_trains_with_the_checks_on(small, world_size):
+    # the running statistics differ between ranks after the last step; the detectors must
+    # compare them as DDP broadcast them, or they report a false ReplicasOutOfSync
+    results = launch(ddp_worker, world_size, small, "ci", model="lenet-bn", global_batch=48, lr=LR,
+                     epochs=2, max_steps=8, checks=True, timeout=180, backend="gloo")
+    assert all(torch.equal(r.params, results[0].params) for r in results)
+    assert len({r.trace.fingerprint for r in results}) == 1
+
+
+def test_a_parameter_that_forward_never_uses_breaks_torchs_ddp_at_the_second_step():
+    from tests.ddp.workers import plain_ddp_with_unused
+
+    [message] = launch(plain_ddp_with_unused, 1, timeout=120, backend="gloo")
+    assert "Expected to have finished reduction in the prior iteration" in message
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_unused_parameters_are_named_before_training(small, world_size):
+    from tests.ddp.workers import ddp_with_unused
+
+    with pytest.raises(WorkerError, match=r"UnusedParameters.*\['unused'\].*find_unused_parameters=True"):
+        launch(ddp_with_unused, world_size, small, epochs=1, timeout=120, backend="gloo")
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_find_unused_parameters_trains_like_one_process(small, monkeypatch, world_size):
+    from tests.ddp import workers
+
+    steps = 6
+    results = launch(workers.ddp_with_unused, world_size, small, global_batch=GLOBAL_BATCH, lr=LR,
+                     epochs=1, max_steps=steps, find_unused_parameters=True, timeout=180,
+                     backend="gloo")
+    monkeypatch.setitem(workers.MODELS, workers.UNUSED, workers.lenet_with_unused)
+    expected = train_reference_ddp(world_size, small, "ci", model=workers.UNUSED,
+                                   global_batch=GLOBAL_BATCH, lr=LR, steps=steps)
+    for result in results:
+        torch.testing.assert_close(result.params, expected)
+
+
 @pytest.mark.multigpu
 def test_nccl_ddp_on_two_gpus_equals_one_process(small):
     """On real GPUs: nccl, one GPU per rank, TF32 off; the reference runs on the CPU."""
