@@ -11,10 +11,17 @@ for the plain ring and the pipelined one.
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
 
+import torch
+import torch.distributed as dist
+
+from ..collectives.allreduce import allreduce_ring_pipelined
 from ..collectives.costmodel import Measurement, measure_allreduce
-from ..core.devices import hardware_label
-from ..runtime.group import backend_for
+from ..core.devices import hardware_label, synchronize
+from ..runtime.group import backend_for, rank_device
+from ..runtime.launcher import launch
 
 ALGORITHMS = ("naive", "ring", "pipelined ring", "dist.all_reduce")
 RINGS = ("ring", "pipelined ring")
@@ -31,6 +38,38 @@ def measure(
     for m in measure_allreduce([world_size], numels, ALGORITHMS, repeats):
         found.setdefault(m.nbytes, {})[m.algorithm] = m
     return found
+
+
+SEGMENTS = tuple(2**k for k in range(12, 23, 2))  # 4,096 .. 4,194,304 elements
+
+
+def segment_worker(
+    rank: int, world_size: int, numel: int, segments=SEGMENTS, repeats: int = 5
+) -> dict[int, float]:
+    """Worker: median seconds of the pipelined ring per segment size, interleaved."""
+    device = rank_device()
+    x = torch.randn(numel, device=device)
+    times = torch.zeros(len(segments), repeats + 1, dtype=torch.float64)
+    for r in range(repeats + 1):  # round 0 warms up
+        for i, segment in enumerate(segments):
+            y = x.clone()
+            dist.barrier()
+            synchronize(device)
+            start = time.perf_counter()
+            allreduce_ring_pipelined(y, segment=segment)
+            synchronize(device)
+            times[i, r] = time.perf_counter() - start
+    times = times.to(device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)  # done when the slowest rank is
+    return {s: statistics.median(times[i, 1:].tolist()) for i, s in enumerate(segments)}
+
+
+def segment_sweep(
+    world_size: int = 2, megabytes: float = 16, repeats: int = 5
+) -> dict[int, float]:
+    """Median seconds of one pipelined-ring all-reduce of ``megabytes``, per segment."""
+    numel = int(megabytes * 2**20) // 4
+    return launch(segment_worker, world_size, numel, SEGMENTS, repeats, timeout=600)[0]
 
 
 def ratios(row: dict[str, Measurement]) -> dict[str, float]:

@@ -1,7 +1,19 @@
 """Used by every chapter: devices, profiles, data, models, one-device training, results, listings."""
 
 # Every module's public names, re-exported: ``from companion.core import ...``.
-from . import devices, precision, profiles, data, loaders, batches, models, training, results, files, listing
+from . import (
+    devices,
+    precision,
+    profiles,
+    data,
+    loaders,
+    batches,
+    models,
+    training,
+    results,
+    files,
+    listing,
+)
 from .devices import *  # noqa: F401,F403
 from .precision import *  # noqa: F401,F403
 from .profiles import *  # noqa: F401,F403
@@ -14,16 +26,20 @@ from .results import *  # noqa: F401,F403
 from .files import *  # noqa: F401,F403
 from .listing import *  # noqa: F401,F403
 
-__all__ = list(dict.fromkeys([
-    *devices.__all__,
-    *precision.__all__,
-    *profiles.__all__,
-    *data.__all__,
-    *loaders.__all__,
-    *batches.__all__,
-    *models.__all__,
-    *training.__all__,
-    *results.__all__,
-    *files.__all__,
-    *listing.__all__,
-]))
+__all__ = list(
+    dict.fromkeys(
+        [
+            *devices.__all__,
+            *precision.__all__,
+            *profiles.__all__,
+            *data.__all__,
+            *loaders.__all__,
+            *batches.__all__,
+            *models.__all__,
+            *training.__all__,
+            *results.__all__,
+            *files.__all__,
+            *listing.__all__,
+        ]
+    )
+)

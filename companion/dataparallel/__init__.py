@@ -6,8 +6,12 @@ from .rebuild import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
 from .pitfalls import *  # noqa: F401,F403
 
-__all__ = list(dict.fromkeys([
-    *rebuild.__all__,
-    *training.__all__,
-    *pitfalls.__all__,
-]))
+__all__ = list(
+    dict.fromkeys(
+        [
+            *rebuild.__all__,
+            *training.__all__,
+            *pitfalls.__all__,
+        ]
+    )
+)

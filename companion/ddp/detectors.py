@@ -10,12 +10,15 @@ a batch of model outputs, sample counts), so they can run inside the workers
 or, on what the workers returned, in the notebook.
 
 ==============================  ==============================  ======================
-mistake (seed page)             evidence                        detector (``check_``)
+mistake (where published)       evidence                        detector (``check_``)
 ==============================  ==============================  ======================
-model not wrapped in DDP (004)  the ranks' model fingerprints   ``replicas_in_sync``
-no DistributedSampler (003)     indices each rank read          ``disjoint_shards``
+model not wrapped in DDP (DP    the ranks' model fingerprints   ``replicas_in_sync``
+vs DDP page)
+no DistributedSampler (K8s      indices each rank read          ``disjoint_shards``
+tutorial)
 no ``sampler.set_epoch``        a rank's indices, by epoch      ``order_changes``
-softmax before the loss (003)   model outputs on a batch        ``logits``
+softmax before the loss (K8s    model outputs on a batch        ``logits``
+tutorial)
 evaluation counted per rank     samples the evaluation counted  ``eval_count``
 ==============================  ==============================  ======================
 """

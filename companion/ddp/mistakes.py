@@ -1,9 +1,10 @@
-"""The seed pages' mistakes, reproduced on purpose for the detectors to catch.
+"""Published DDP examples' mistakes, reproduced on purpose for the detectors to catch.
 
 Used in: chapter 5.
 
-:func:`train_with_mistake` is a short DDP training loop written the way the
-seed pages wrote theirs, with at most one of their mistakes switched on;
+:func:`train_with_mistake` is a short DDP training loop written the way a
+DP-vs-DDP summary page and a Kubernetes DDP tutorial write theirs (chapter 5
+cites both), with at most one of their mistakes switched on;
 :func:`evaluate_three_ways` evaluates one model correctly and in the two
 wrong ways a distributed evaluation is commonly written. Both are workers
 for :func:`~companion.runtime.launcher.launch`; they return evidence, and the
@@ -38,10 +39,10 @@ __all__ = [
 
 MISTAKES: dict[str | None, str] = {
     None: "none: DDP, a DistributedSampler with set_epoch, logits into the loss",
-    "dataparallel": "seed 004: its 'DDP' example wraps the model in DataParallel",
-    "no-sampler": "seed 003: no DistributedSampler, the same shuffle on every rank",
+    "dataparallel": "the DP-vs-DDP page: its 'DDP' example wraps the model in DataParallel",
+    "no-sampler": "the Kubernetes DDP tutorial: no DistributedSampler, one shuffle for all",
     "no-set-epoch": "a DistributedSampler, but set_epoch(epoch) is never called",
-    "softmax": "seed 003: the model ends in a softmax before CrossEntropyLoss",
+    "softmax": "the Kubernetes DDP tutorial: a softmax before CrossEntropyLoss",
 }
 
 
@@ -68,7 +69,7 @@ def train_with_mistake(
     if mistake not in MISTAKES:
         raise ValueError(f"unknown mistake {mistake!r}; choose from {list(MISTAKES)}")
     device = rank_device()
-    set_seed(seed)  # seed 003 calls torch.manual_seed(1) on every rank
+    set_seed(seed)  # the Kubernetes tutorial seeds every rank alike
     net = get_model("lenet")
     if mistake == "softmax":
         net = nn.Sequential(net, nn.Softmax(dim=1))  # probabilities, not logits

@@ -13,11 +13,15 @@ from .torchrun import *  # noqa: F401,F403
 from .checkpoint import *  # noqa: F401,F403
 from .tblog import *  # noqa: F401,F403
 
-__all__ = list(dict.fromkeys([
-    *group.__all__,
-    *supervise.__all__,
-    *launcher.__all__,
-    *torchrun.__all__,
-    *checkpoint.__all__,
-    *tblog.__all__,
-]))
+__all__ = list(
+    dict.fromkeys(
+        [
+            *group.__all__,
+            *supervise.__all__,
+            *launcher.__all__,
+            *torchrun.__all__,
+            *checkpoint.__all__,
+            *tblog.__all__,
+        ]
+    )
+)

@@ -10,8 +10,12 @@ from .naive import *  # noqa: F401,F403
 from .fused import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
 
-__all__ = list(dict.fromkeys([
-    *naive.__all__,
-    *fused.__all__,
-    *training.__all__,
-]))
+__all__ = list(
+    dict.fromkeys(
+        [
+            *naive.__all__,
+            *fused.__all__,
+            *training.__all__,
+        ]
+    )
+)

@@ -1,5 +1,5 @@
 """Each detector passes correct evidence and catches its mistake (synthetic evidence here;
-the seed pages' mistakes, reproduced in worker processes, are in test_mistakes.py)."""
+published DDP examples' mistakes, reproduced in worker processes, are in test_mistakes.py)."""
 import copy
 
 import pytest

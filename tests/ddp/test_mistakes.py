@@ -1,4 +1,4 @@
-"""The seed pages' mistakes, reproduced in worker processes: each is caught by its own detector,
+"""Published DDP examples' mistakes, reproduced in worker processes: each is caught by its own detector,
 and the correct loop passes all of them. Evaluation: right, per rank, and padded."""
 import math
 
