@@ -7,6 +7,7 @@ from . import (
     data,
     loaders,
     batches,
+    checks,
     models,
     training,
     results,
@@ -18,6 +19,7 @@ from .profiles import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
 from .loaders import *  # noqa: F401,F403
 from .batches import *  # noqa: F401,F403
+from .checks import *  # noqa: F401,F403
 from .models import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
 from .results import *  # noqa: F401,F403
@@ -32,6 +34,7 @@ __all__ = list(
             *data.__all__,
             *loaders.__all__,
             *batches.__all__,
+            *checks.__all__,
             *models.__all__,
             *training.__all__,
             *results.__all__,

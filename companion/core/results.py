@@ -43,9 +43,15 @@ def save_records(records: Iterable[Record], path: str | Path) -> Path:
 def load_records(path: str | Path) -> list[Record]:
     """Read records written by :func:`save_records`."""
     names = {f.name for f in fields(Record)}
-    with open(path) as f:
-        rows = json.load(f)
-    return [Record(**{k: v for k, v in row.items() if k in names}) for row in rows]
+    try:
+        with open(path) as f:
+            rows = json.load(f)
+        return [Record(**{k: v for k, v in row.items() if k in names}) for row in rows]
+    except (UnicodeDecodeError, json.JSONDecodeError, TypeError, AttributeError) as err:
+        raise ValueError(
+            f"{path} is not a records file ({type(err).__name__}: {err}); give a "
+            f"file written by save_records"
+        ) from err
 
 
 def _by_run(records: Sequence[Record]) -> dict[tuple[str, int], list[Record]]:
@@ -64,6 +70,8 @@ def _throughput(runs: Sequence[Record]) -> float:
 
 def summarize(records: Sequence[Record]) -> str:
     """A table per method and device count: final accuracy, mean s/epoch, samples/s."""
+    if not records:
+        raise ValueError("summarize needs at least one record; train something first")
     lines = [
         f"{'method':<28} {'devices':>7} {'epochs':>6} {'test acc':>8} "
         f"{'s/epoch':>8} {'samples/s':>10}"
