@@ -12,6 +12,7 @@ import statistics
 import time
 from typing import Callable
 
+from ..core.checks import check_int
 from ..core.devices import synchronize
 
 __all__ = ["time_median", "available"]
@@ -21,8 +22,8 @@ def time_median(
     fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1, device=None
 ) -> float:
     """Median seconds of ``fn()`` over ``repeats`` runs, after ``warmup`` untimed."""
-    if repeats < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    check_int(repeats, "repeats")
+    check_int(warmup, "warmup", 0)
     for _ in range(warmup):
         fn()
     times = []

@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from ..collectives.allreduce import allreduce_ring_pipelined
 from ..collectives.costmodel import Measurement, measure_allreduce
+from ..core.checks import positive_arg
 from ..core.devices import hardware_label, synchronize
 from ..runtime.group import backend_for, rank_device
 from ..runtime.launcher import launch
@@ -89,9 +90,15 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--world-size", type=int, default=2, help="processes (2)")
-    parser.add_argument("--mb", type=float, nargs="+", default=[16, 64], help="sizes")
-    parser.add_argument("--repeats", type=int, default=9, help="timed rounds (9)")
+    parser.add_argument(
+        "--world-size", type=positive_arg(int), default=2, help="processes (2)"
+    )
+    parser.add_argument(
+        "--mb", type=positive_arg(float), nargs="+", default=[16, 64], help="sizes"
+    )
+    parser.add_argument(
+        "--repeats", type=positive_arg(int), default=9, help="timed rounds (9)"
+    )
     args = parser.parse_args(argv)
     results = measure(args.world_size, args.mb, args.repeats)
     backend = backend_for(args.world_size)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..core.checks import positive_arg
 from ..core.data import load_data
 from ..core.devices import (
     describe_devices,
@@ -139,12 +140,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", default=None, help="ci, cpu or gpu (default: from the environment)"
     )
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES))
-    parser.add_argument("--steps", type=int, default=6, help="minibatches per round")
     parser.add_argument(
-        "--rounds", type=int, default=5, help="passes over all batch sizes"
+        "--batch-sizes", type=positive_arg(int), nargs="+", default=list(BATCH_SIZES)
     )
-    parser.add_argument("--devices", type=int, default=2, help="devices to split over")
+    parser.add_argument(
+        "--steps", type=positive_arg(int), default=6, help="minibatches per round"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=positive_arg(int),
+        default=5,
+        help="passes over all batch sizes",
+    )
+    parser.add_argument(
+        "--devices", type=positive_arg(int), default=2, help="devices to split over"
+    )
     args = parser.parse_args(argv)
     profile = get_profile(args.profile)
     rows = measure(

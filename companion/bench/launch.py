@@ -15,6 +15,7 @@ import statistics
 import time
 
 from ..collectives.tour import whoami
+from ..core.checks import positive_arg
 from ..core.devices import hardware_label
 from ..runtime.launcher import launch
 
@@ -42,9 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--world-size", type=int, default=2, help="workers (2)")
     parser.add_argument(
-        "--repeats", type=int, default=3, help="launches per method (3)"
+        "--world-size", type=positive_arg(int), default=2, help="workers (2)"
+    )
+    parser.add_argument(
+        "--repeats", type=positive_arg(int), default=3, help="launches per method (3)"
     )
     args = parser.parse_args(argv)
     first = _timed(args.world_size, "forkserver")  # a fresh process: starts the server

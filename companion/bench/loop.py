@@ -16,6 +16,7 @@ import time
 import torch
 from torch import nn
 
+from ..core.checks import positive_arg
 from ..core.data import load_data
 from ..core.devices import hardware_label, synchronize, try_devices
 from ..core.loaders import DeviceLoader, data_loader
@@ -80,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         help="ci, cpu or gpu (default: $BOOK_PROFILE or the hardware)",
     )
     parser.add_argument(
-        "--rounds", type=int, default=5, help="timed rounds per loop (median reported)"
+        "--rounds",
+        type=positive_arg(int),
+        default=5,
+        help="timed rounds per loop (median reported)",
     )
     args = parser.parse_args(argv)
     profile = get_profile(args.profile)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..core.checks import positive_arg
 from ..core.data import load_data
 from ..core.devices import (
     describe_devices,
@@ -192,9 +193,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile", default=None, help="ci, cpu or gpu (default: from the environment)"
     )
-    parser.add_argument("--rounds", type=int, default=5, help="passes over the steps")
-    parser.add_argument("--steps", type=int, default=None, help="default: one epoch")
-    parser.add_argument("--devices", type=int, default=2, help="devices to split over")
+    parser.add_argument(
+        "--rounds", type=positive_arg(int), default=5, help="passes over the steps"
+    )
+    parser.add_argument(
+        "--steps", type=positive_arg(int), default=None, help="default: one epoch"
+    )
+    parser.add_argument(
+        "--devices", type=positive_arg(int), default=2, help="devices to split over"
+    )
     args = parser.parse_args(argv)
     profile = get_profile(args.profile)
     t = measure(profile.name, args.rounds, args.steps, args.devices)

@@ -7,11 +7,11 @@ ring, pipelined ring, recursive doubling), :mod:`.costmodel` (alpha-beta),
 """
 
 # Every module's public names, re-exported: ``from companion.collectives import ...``.
-from . import tour, allreduce, costmodel, partition, uneven
-from .tour import *  # noqa: F401,F403
+from . import allreduce, costmodel, partition, tour, uneven
 from .allreduce import *  # noqa: F401,F403
 from .costmodel import *  # noqa: F401,F403
 from .partition import *  # noqa: F401,F403
+from .tour import *  # noqa: F401,F403
 from .uneven import *  # noqa: F401,F403
 
 __all__ = list(

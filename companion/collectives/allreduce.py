@@ -28,6 +28,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from ..core.checks import check_int
+
 __all__ = [
     "sendrecv",
     "allreduce_naive",
@@ -103,6 +105,8 @@ def chunk_bounds(numel: int, world_size: int) -> list[tuple[int, int]]:
     Sizes differ by at most one (the first ``numel % world_size`` chunks are one
     longer); with fewer elements than ranks some chunks are empty.
     """
+    check_int(numel, "numel", 0)
+    check_int(world_size, "world_size")
     base, extra = divmod(numel, world_size)
     bounds, start = [], 0
     for i in range(world_size):
@@ -244,8 +248,6 @@ ALLREDUCES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "recursive doubling": allreduce_recursive_doubling,
     "dist.all_reduce": allreduce_torch,
 }
-
-
 HAND_WRITTEN = [name for name in ALLREDUCES if name != "dist.all_reduce"]
 
 

@@ -19,6 +19,7 @@ optimal all-reduce; it makes runs with different ``p`` comparable.
 from __future__ import annotations
 
 import math
+import numbers
 import statistics
 import time
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ..core.checks import check_int, check_positive
 from ..core.devices import synchronize
 from ..runtime.group import rank_device
 from ..runtime.launcher import launch
@@ -64,6 +66,9 @@ class Measurement:
 
 def bus_bandwidth(nbytes: float, seconds: float, world_size: int) -> float:
     """nccl-tests' bus bandwidth in bytes/s: ``nbytes / seconds * 2 (p - 1) / p``."""
+    _check_nbytes(nbytes)
+    check_positive(seconds, "seconds", "give the measured time of one all-reduce")
+    check_int(world_size, "world_size")
     return nbytes / seconds * 2 * (world_size - 1) / world_size
 
 
@@ -82,11 +87,7 @@ def time_allreduce(
     the slowest rank's (an all-reduce is done when the last rank is done), and
     the median of ``repeats`` rounds is kept, after ``warmup`` untimed rounds.
     """
-    unknown = sorted(set(algorithms) - set(ALLREDUCES))
-    if unknown:
-        raise ValueError(
-            f"unknown algorithm(s) {unknown}; choose from {list(ALLREDUCES)}"
-        )
+    _check_timing(numels, algorithms, repeats, warmup)
     device = rank_device()
     times = torch.zeros(
         len(numels), len(algorithms), warmup + repeats, dtype=torch.float64
@@ -123,6 +124,9 @@ def measure_allreduce(
     timeout: float = 300.0,
 ) -> list[Measurement]:
     """:func:`time_allreduce`, launched once per world size; one list of everything."""
+    for p in world_sizes:
+        check_int(p, "world_size")
+    _check_timing(numels, algorithms, repeats)
     found = []
     for p in world_sizes:
         found += launch(
@@ -137,11 +141,7 @@ def cost_terms(algorithm: str, world_size: int) -> tuple[float, float]:
     The pipelined ring counts as the ring (its segments overlap), and so does
     ``dist.all_reduce``: a ring is what gloo and NCCL use for large messages.
     """
-    p = world_size
-    if algorithm not in ALLREDUCES:
-        raise ValueError(
-            f"no cost model for {algorithm!r}; choose from {list(ALLREDUCES)}"
-        )
+    p = _check_cost(algorithm, world_size)
     if p == 1:
         return 0.0, 0.0
     if algorithm == "naive":
@@ -150,6 +150,33 @@ def cost_terms(algorithm: str, world_size: int) -> tuple[float, float]:
         steps = math.floor(math.log2(p)) + (0 if p & (p - 1) == 0 else 2)
         return float(steps), float(steps)
     return 2.0 * (p - 1), 2.0 * (p - 1) / p  # ring, pipelined ring, dist.all_reduce
+
+
+def _check_cost(algorithm: str, world_size: int) -> int:
+    if algorithm not in ALLREDUCES:
+        raise ValueError(
+            f"no cost model for {algorithm!r}; choose from {list(ALLREDUCES)}"
+        )
+    return check_int(world_size, "world_size")
+
+
+def _check_nbytes(nbytes: float) -> None:
+    if isinstance(nbytes, bool) or not (
+        isinstance(nbytes, numbers.Real) and 0 <= nbytes < math.inf
+    ):
+        raise ValueError(f"nbytes must be a finite number >= 0, got {nbytes!r}")
+
+
+def _check_timing(numels, algorithms, repeats: int, warmup: int = 0) -> None:
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in numels):
+        raise ValueError(f"numels must be integers >= 0, got {list(numels)}")
+    unknown = sorted(set(algorithms) - set(ALLREDUCES))
+    if unknown:
+        raise ValueError(
+            f"unknown algorithm(s) {unknown}; choose from {list(ALLREDUCES)}"
+        )
+    check_int(repeats, "repeats")
+    check_int(warmup, "warmup", 0)
 
 
 def fit_alpha_beta(
@@ -201,6 +228,10 @@ def predict(
     algorithm: str, world_size: int, nbytes: float, alpha: float, beta: float
 ) -> float:
     """Seconds the model predicts for one all-reduce of ``nbytes`` bytes per rank."""
+    _check_nbytes(nbytes)
+    for name, value in (("alpha", alpha), ("beta", beta)):
+        if not (isinstance(value, numbers.Real) and 0 <= value < math.inf):
+            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     messages, volume = cost_terms(algorithm, world_size)
     return messages * alpha + volume * nbytes * beta
 

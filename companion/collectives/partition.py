@@ -24,14 +24,16 @@ from torch import nn
 from torch.utils.data import Dataset, Subset
 
 from ..core.batches import check_batch_size, rank_batch_size
+from ..core.checks import check_choice, check_int, check_not_empty
 from ..core.data import Data, ImageSet
 from ..core.devices import hardware_label
 from ..core.loaders import DeviceLoader
-from ..core.models import get_model
+from ..core.models import MODELS, get_model
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
 from ..core.training import (
     Timer,
+    check_lr,
     evaluate_accuracy,
     flat_params,
     set_seed,
@@ -84,8 +86,8 @@ class DataPartitioner:
 
         The remainder (fewer than ``world_size`` samples) is left out.
         """
-        if world_size < 1:
-            raise ValueError(f"world_size must be >= 1, got {world_size}")
+        check_int(world_size, "world_size")
+        check_not_empty(dataset, "dataset", "give a data set with samples")
         return cls(dataset, [len(dataset) // world_size] * world_size, seed)
 
     def __len__(self) -> int:
@@ -172,10 +174,7 @@ def train_worker(
     set, seconds of training, training loss averaged over all ranks.
     ``max_steps`` stops early.
     """
-    if max_steps is not None and max_steps < 1:
-        raise ValueError(
-            f"max_steps must be >= 1 (or None for whole epochs), got {max_steps}"
-        )
+    _check_worker(model, global_batch, epochs, lr, allreduce, max_steps)
     profile = get_profile(profile)
     model = model or profile.model
     global_batch, epochs = global_batch or profile.batch_size, epochs or profile.epochs
@@ -228,6 +227,22 @@ def train_worker(
         if steps == max_steps:
             break
     return TrainResult(records, flat_params(net), allreduce_seconds)
+
+
+def _check_worker(model, global_batch, epochs, lr, allreduce, max_steps) -> None:
+    """``None`` means the profile's; anything else must be valid (0 is not ``None``)."""
+    if max_steps is not None and max_steps < 1:
+        raise ValueError(
+            f"max_steps must be >= 1 (or None for whole epochs), got {max_steps}"
+        )
+    if model is not None:
+        check_choice(model, "model", MODELS)
+    for name, value in (("global_batch", global_batch), ("epochs", epochs)):
+        if value is not None:
+            check_int(value, name)
+    if lr is not None:
+        check_lr(lr)
+    _check_averaging(allreduce, None)
 
 
 def train_reference(

@@ -31,6 +31,8 @@ def uneven_batch(
     sizes: Sequence[int], seed: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A random global batch of ``sum(sizes)`` 28x28 images and labels, seeded."""
+    if len(sizes) == 0:
+        raise ValueError("sizes must name at least one rank's sample count, got []")
     for i, n in enumerate(sizes):
         check_batch_size(n, f"sizes[{i}]")
     g = torch.Generator().manual_seed(seed)
@@ -69,8 +71,7 @@ def uneven_gradients(
     (``weighed=False``) and weighed by sample counts (``True``): the flattened
     gradient, keyed ``(all-reduce, weighed)``.
     """
-    if len(sizes) != world_size:
-        raise ValueError(f"give one size per rank: {world_size}, got {list(sizes)}")
+    _check_sizes(sizes, world_size)
     X, y = uneven_batch(sizes, seed)
     start = sum(sizes[:rank])
     X, y = X[start : start + sizes[rank]], y[start : start + sizes[rank]]
@@ -85,3 +86,8 @@ def uneven_gradients(
                 [p.grad.flatten() for p in net.parameters()]
             )
     return grads
+
+
+def _check_sizes(sizes: Sequence[int], world_size: int) -> None:
+    if len(sizes) != world_size:
+        raise ValueError(f"give one size per rank: {world_size}, got {list(sizes)}")

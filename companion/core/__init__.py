@@ -2,33 +2,36 @@
 
 # Every module's public names, re-exported: ``from companion.core import ...``.
 from . import (
-    devices,
-    precision,
-    profiles,
-    data,
-    loaders,
     batches,
-    models,
-    training,
-    results,
+    checks,
+    data,
+    devices,
     files,
     listing,
+    loaders,
+    models,
+    precision,
+    profiles,
+    results,
+    training,
 )
-from .devices import *  # noqa: F401,F403
-from .precision import *  # noqa: F401,F403
-from .profiles import *  # noqa: F401,F403
-from .data import *  # noqa: F401,F403
-from .loaders import *  # noqa: F401,F403
 from .batches import *  # noqa: F401,F403
-from .models import *  # noqa: F401,F403
-from .training import *  # noqa: F401,F403
-from .results import *  # noqa: F401,F403
+from .checks import *  # noqa: F401,F403
+from .data import *  # noqa: F401,F403
+from .devices import *  # noqa: F401,F403
 from .files import *  # noqa: F401,F403
 from .listing import *  # noqa: F401,F403
+from .loaders import *  # noqa: F401,F403
+from .models import *  # noqa: F401,F403
+from .precision import *  # noqa: F401,F403
+from .profiles import *  # noqa: F401,F403
+from .results import *  # noqa: F401,F403
+from .training import *  # noqa: F401,F403
 
 __all__ = list(
     dict.fromkeys(
         [
+            *checks.__all__,
             *devices.__all__,
             *precision.__all__,
             *profiles.__all__,

@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from .batches import check_batch_size
+from .checks import check_not_empty
 from .data import Data, ImageSet
 
 __all__ = ["data_loader", "DeviceLoader", "load_iters"]
@@ -30,6 +31,7 @@ def data_loader(
 ) -> DataLoader:
     """The classic iterator: a ``DataLoader`` whose shuffling is seeded by ``seed``."""
     check_batch_size(batch_size)
+    check_not_empty(dataset, "dataset", "give a data set with samples")
     return DataLoader(
         dataset,
         batch_size=batch_size,
@@ -59,6 +61,7 @@ class DeviceLoader:
         drop_last: bool = False,
     ):
         check_batch_size(batch_size)
+        check_not_empty(dataset, "dataset", "give a data set with samples")
         self.X, self.y = dataset.tensors(device)
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.generator = torch.Generator().manual_seed(seed)

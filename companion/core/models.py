@@ -12,6 +12,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .checks import check_int
+
 __all__ = [
     "lenet",
     "lenet_bn",
@@ -32,6 +34,7 @@ def lenet(num_classes: int = 10) -> nn.Sequential:
     which keeps the ``ci`` profile short. Weights start Xavier-uniform, biases
     at zero, as in d2l's training functions.
     """
+    check_int(num_classes, "num_classes")
     net = nn.Sequential(
         nn.Conv2d(1, 6, kernel_size=5, padding=2),
         nn.ReLU(),
@@ -110,6 +113,8 @@ def resnet18(num_classes: int = 10, in_channels: int = 1) -> nn.Sequential:
     but built eagerly (no lazy modules), so it can be replicated or wrapped
     before it has seen any data.
     """
+    check_int(num_classes, "num_classes")
+    check_int(in_channels, "in_channels")
 
     def stage(c_in: int, c_out: int, first: bool) -> nn.Sequential:
         if first:
@@ -141,6 +146,7 @@ class ConvNet(nn.Module):
     """
 
     def __init__(self, num_classes: int = 10):
+        check_int(num_classes, "num_classes")
         super().__init__()
         self.conv1 = nn.Conv2d(1, 32, 3, 1)
         self.conv2 = nn.Conv2d(32, 64, 3, 1)
@@ -169,6 +175,7 @@ def get_model(name: str, num_classes: int = 10) -> nn.Module:
     """A fresh model by name: ``"lenet"``, ``"resnet18"``, ``"convnet"``, ``"lenet-bn"``."""
     if not isinstance(name, str) or name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+    check_int(num_classes, "num_classes")
     return MODELS[name](num_classes)
 
 

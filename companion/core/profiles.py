@@ -95,7 +95,7 @@ def get_profile(name: str | Profile | None = None) -> Profile:
     chosen = name if name is not None else os.environ.get("BOOK_PROFILE", "").strip()
     if not chosen:
         chosen = "gpu" if gpu_count() > 0 else "cpu"
-    key = chosen.lower()
+    key = chosen.lower() if isinstance(chosen, str) else chosen
     if key not in PROFILES:
         valid = ", ".join(sorted(PROFILES))
         raise ValueError(

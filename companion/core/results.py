@@ -50,9 +50,15 @@ def save_records(records: Iterable[Record], path: str | Path) -> Path:
 def load_records(path: str | Path) -> list[Record]:
     """Read records written by :func:`save_records`."""
     names = {f.name for f in fields(Record)}
-    with open(path) as f:
-        rows = json.load(f)
-    return [Record(**{k: v for k, v in row.items() if k in names}) for row in rows]
+    try:
+        with open(path) as f:
+            rows = json.load(f)
+        return [Record(**{k: v for k, v in row.items() if k in names}) for row in rows]
+    except (UnicodeDecodeError, json.JSONDecodeError, TypeError, AttributeError) as err:
+        raise ValueError(
+            f"{path} is not a records file ({type(err).__name__}: {err}); give a "
+            f"file written by save_records"
+        ) from err
 
 
 def _by_run(records: Sequence[Record]) -> dict[tuple[str, int], list[Record]]:
@@ -87,6 +93,8 @@ def summarize(records: Sequence[Record]) -> str:
     The accuracy is :func:`final_accuracy`: the mean over the last half of
     the epochs, with the lowest and highest of them.
     """
+    if not records:
+        raise ValueError("summarize needs at least one record; train something first")
     runs = _by_run(records)
     width = max([len("method")] + [len(m) for m, _ in runs])
     lines = [

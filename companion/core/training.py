@@ -13,6 +13,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from .checks import check_int, check_positive
 from .devices import hardware_label, model_device, synchronize
 from .profiles import Profile, get_profile
 from .results import Record
@@ -26,6 +27,8 @@ __all__ = [
     "train_epoch",
     "warm_up",
     "train",
+    "check_lr",
+    "check_training",
     "flat_params",
     "sgd_steps",
 ]
@@ -33,6 +36,7 @@ __all__ = [
 
 def set_seed(seed: int) -> None:
     """Seed Python's and torch's generators (CPU and every GPU)."""
+    check_int(seed, "seed", 0)
     random.seed(seed)
     torch.manual_seed(seed)
 
@@ -147,6 +151,8 @@ def warm_up(
     the timed epochs without changing the model that is trained, and
     ``fork_rng`` keeps the random streams where they were.
     """
+    check_lr(lr)
+    check_int(steps, "steps", 0)
     devices = [X.device.index or 0] if X.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         shadow = copy.deepcopy(net)
@@ -179,8 +185,7 @@ def train(
     :func:`warm_up`). ``progress`` shows a tqdm bar on stderr; by default it is
     on except in the ``ci`` profile, so committed notebook outputs stay clean.
     """
-    if epochs < 1:
-        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    check_training(epochs, lr, train_iter, test_iter)
     profile = profile if isinstance(profile, Profile) else get_profile(profile)
     device = torch.device(device) if device is not None else model_device(net)
     net.to(device)
@@ -228,6 +233,22 @@ def train(
     return records
 
 
+def check_lr(lr: float) -> float:
+    """``lr`` if it is a positive, finite learning rate; ``ValueError``/``TypeError`` else."""
+    return check_positive(lr, "lr", "pass a learning rate such as 0.1")
+
+
+def check_training(epochs: int, lr: float, train_iter, test_iter) -> None:
+    """The checks every ``train`` function shares: epochs, lr, non-empty iterators."""
+    check_int(epochs, "epochs", 1)
+    check_lr(lr)
+    for name, it in (("train_iter", train_iter), ("test_iter", test_iter)):
+        if hasattr(it, "__len__") and len(it) == 0:
+            raise ValueError(
+                f"{name} is empty (0 minibatches): give it a data set with samples"
+            )
+
+
 def flat_params(net: nn.Module) -> torch.Tensor:
     """All parameters of ``net``, flattened into one CPU tensor (for comparisons)."""
     return torch.cat([p.detach().reshape(-1).cpu() for p in net.parameters()])
@@ -240,8 +261,8 @@ def sgd_steps(net: nn.Module, batches: Iterable, lr: float, steps: int) -> torch
     with: ``batches`` yields the *global* minibatches the parallel method
     reads. Returns :func:`flat_params` of the result.
     """
-    if steps < 0:
-        raise ValueError(f"steps must be >= 0, got {steps}")
+    check_lr(lr)
+    check_int(steps, "steps", 0)
     loss_fn, optimizer = nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=lr)
     device = next(net.parameters()).device
     for _, (X, y) in zip(range(steps), batches):

@@ -199,5 +199,10 @@ def global_mean(means: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
             f"need one mean per replica: {tuple(means.shape)} means "
             f"for {len(sizes)} sizes"
         )
+    if sum(sizes) < 1:
+        raise ValueError(
+            f"sizes must add up to at least one sample, got {list(sizes)}: give "
+            f"the number of samples behind each mean"
+        )
     weights = torch.as_tensor(sizes, dtype=means.dtype, device=means.device)
     return (means * weights).sum() / weights.sum()

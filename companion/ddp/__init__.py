@@ -7,15 +7,15 @@ which sample, :mod:`.detectors` and :mod:`.mistakes` the common mistakes,
 """
 
 # Every module's public names, re-exported: ``from companion.ddp import ...``.
-from . import config, unused, training, cli, sampling, detectors, mistakes, syncbn
-from .config import *  # noqa: F401,F403
-from .unused import *  # noqa: F401,F403
-from .training import *  # noqa: F401,F403
+from . import cli, config, detectors, mistakes, sampling, syncbn, training, unused
 from .cli import *  # noqa: F401,F403
-from .sampling import *  # noqa: F401,F403
+from .config import *  # noqa: F401,F403
 from .detectors import *  # noqa: F401,F403
 from .mistakes import *  # noqa: F401,F403
+from .sampling import *  # noqa: F401,F403
 from .syncbn import *  # noqa: F401,F403
+from .training import *  # noqa: F401,F403
+from .unused import *  # noqa: F401,F403
 
 __all__ = list(
     dict.fromkeys(

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from ..core.batches import rank_batch_size
+from ..core.checks import positive_arg
 from ..core.data import load_data
 from ..core.models import get_model
 from ..core.profiles import get_profile
@@ -31,22 +33,14 @@ from .training import train_ddp
 __all__ = ["build_parser", "check_options", "main"]
 
 
-def _positive(kind: type):
-    """An argparse type: a number of ``kind`` that must be > 0."""
+def _count(text: str) -> int:
+    """An argparse type: an integer >= 0."""
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return int(text)
 
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not 0 < value < float("inf"):
-            raise argparse.ArgumentTypeError(
-                f"must be a positive, finite {kind.__name__}, got {text!r}"
-            )
-        return value
 
-    parse.__name__ = kind.__name__
-    return parse
+_count.__name__ = "int"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,19 +54,19 @@ def build_parser() -> argparse.ArgumentParser:
     add = parser.add_argument
     add("--profile", help="ci, cpu or gpu (default: $BOOK_PROFILE or the hardware)")
     add("--model", help="lenet, resnet18 or convnet (default: the profile's)")
-    add("--epochs", type=_positive(int), help="epochs to train")
+    add("--epochs", type=positive_arg(int), help="epochs to train")
     batch = parser.add_mutually_exclusive_group()
     batch.add_argument(
         "--global-batch",
-        type=_positive(int),
+        type=positive_arg(int),
         help="samples per step over all processes (a multiple of N)",
     )
     batch.add_argument(
         "--per-rank-batch",
-        type=_positive(int),
+        type=positive_arg(int),
         help="samples per step in each process (the global batch is N times this)",
     )
-    add("--lr", type=_positive(float), help="learning rate")
+    add("--lr", type=positive_arg(float), help="learning rate")
     add(
         "--scale-lr",
         action="store_true",
@@ -86,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--log-dir", help="TensorBoard log directory (rank 0 writes it)")
     add("--checkpoint", help="checkpoint file (rank 0 writes it atomically)")
-    add("--seed", type=int, default=0, help="seed of the model and shuffles (0)")
+    add("--seed", type=_count, default=0, help="seed of the model and shuffles (0)")
     add(
         "--backend",
         choices=["auto", "gloo", "nccl"],
@@ -95,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--timeout",
-        type=_positive(float),
+        type=positive_arg(float),
         default=300.0,
         help="seconds before a collective gives up (300)",
     )
@@ -114,10 +108,27 @@ def check_options(args: argparse.Namespace, world_size: int) -> None:
             f"--checkpoint {args.checkpoint} is a directory; give a file name, "
             f"e.g. {os.path.join(args.checkpoint, 'model.pt')}"
         )
+    for option, path in (
+        ("--checkpoint", args.checkpoint),
+        ("--log-dir", args.log_dir),
+    ):
+        _check_parents(option, path)
     if args.log_dir is not None and os.path.isfile(args.log_dir):
         raise ValueError(f"--log-dir {args.log_dir} is a file; give a directory")
     if args.backend == "nccl" and not torch.cuda.is_available():
         raise ValueError("--backend nccl needs CUDA GPUs; use --backend gloo on CPUs")
+
+
+def _check_parents(option: str, path: str | None) -> None:
+    """``ValueError`` if a folder on the way to ``path`` is a regular file."""
+    for parent in Path(path or ".").parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(
+                    f"{option} {path}: {parent} is a file, not a directory; "
+                    f"choose a path in a directory"
+                )
+            return
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..core.batches import check_batch_size, rank_batch_size
+from ..core.checks import check_choice, check_int
+from ..core.models import MODELS
 from ..core.profiles import get_profile
+from ..core.training import check_lr
 
 __all__ = ["linear_lr", "DDPConfig"]
 
@@ -22,8 +25,8 @@ def linear_lr(lr: float, world_size: int) -> float:
     the progress per sample about the same (Goyal et al., 2017; large
     factors need a warm-up, chapter 7). With a fixed global batch, keep ``lr``.
     """
-    if not lr > 0 or world_size < 1:
-        raise ValueError(f"need lr > 0 and world_size >= 1, got {lr}, {world_size}")
+    check_lr(lr)
+    check_int(world_size, "world_size")
     return lr * world_size
 
 
@@ -51,13 +54,7 @@ class DDPConfig:
     def resolve(self, world_size: int) -> "DDPConfig":
         """Every size filled in from the profile and checked; ``ValueError`` if bad."""
         profile = get_profile(self.profile)
-        for name in ("epochs", "max_steps", "per_rank_batch", "global_batch"):
-            if getattr(self, name) is not None:
-                check_batch_size(getattr(self, name), name)
-        if self.lr is not None and not 0 < self.lr < float("inf"):
-            raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
-        if self.global_batch is not None and self.per_rank_batch is not None:
-            raise ValueError("give global_batch or per_rank_batch, not both")
+        self._check(world_size)
         batch = self.per_rank_batch or rank_batch_size(
             self.global_batch or profile.batch_size, world_size
         )
@@ -71,3 +68,22 @@ class DDPConfig:
             epochs=self.epochs or profile.epochs,
             lr=linear_lr(lr, world_size) if self.scale_lr else lr,
         )
+
+    def _check(self, world_size: int) -> None:
+        """Every option that is set must be valid; ``None`` means the profile's."""
+        check_int(world_size, "world_size")
+        for name in ("epochs", "max_steps", "per_rank_batch", "global_batch"):
+            if getattr(self, name) is not None:
+                check_batch_size(getattr(self, name), name)
+        if self.lr is not None:
+            check_lr(self.lr)
+        if self.global_batch is not None and self.per_rank_batch is not None:
+            raise ValueError("give global_batch or per_rank_batch, not both")
+        if self.model is not None:
+            check_choice(self.model, "model", MODELS)
+        check_int(self.seed, "seed", 0)
+        for name in ("scale_lr", "checks", "verbose", "find_unused_parameters"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(
+                    f"{name} must be True or False, got {getattr(self, name)!r}"
+                )

@@ -177,6 +177,10 @@ def check_logits(outputs: torch.Tensor, tol: float = 1e-4) -> None:
     ``CrossEntropyLoss`` applies ``log_softmax`` itself and wants raw scores
     (logits); rows that are non-negative and sum to 1 mean a softmax ran first.
     """
+    if not isinstance(outputs, torch.Tensor):
+        raise TypeError(
+            f"outputs must be a tensor of model outputs, got {type(outputs).__name__}"
+        )
     outputs = outputs.detach().float()
     sums = outputs.sum(dim=-1)
     if outputs.min() >= 0 and torch.allclose(sums, torch.ones_like(sums), atol=tol):
@@ -229,6 +233,10 @@ def diagnose(traces: Sequence[RankTrace], n: int) -> list[str]:
     training samples in every epoch, and a new order every epoch (which needs
     at least two epochs to check).
     """
+    if len(traces) == 0:
+        raise ValueError(
+            "traces is empty: give one RankTrace per rank (see gather_traces)"
+        )
     checks = [lambda: check_replicas_in_sync([t.fingerprint for t in traces])]
     for epoch in range(min(len(t.orders) for t in traces)):
         checks.append(

@@ -23,6 +23,7 @@ from torch.utils.data import Sampler
 from torch.utils.data.distributed import DistributedSampler
 
 from ..core.batches import check_batch_size
+from ..core.checks import check_int, check_not_empty
 from ..core.data import ImageSet
 from ..core.devices import model_device
 from .detectors import check_eval_count
@@ -54,6 +55,7 @@ class SampledLoader:
         device: torch.device | str = "cpu",
     ):
         check_batch_size(batch_size)
+        check_not_empty(dataset, "dataset", "give a data set with samples")
         self.X, self.y = dataset.tensors(device)
         self.sampler, self.batch_size = sampler, batch_size
         self.indices = torch.empty(0, dtype=torch.long)
@@ -82,6 +84,8 @@ def sampler_indices(
     Computed without a process group (``num_replicas`` and ``rank`` given
     explicitly), exactly as each rank's sampler does after ``set_epoch(epoch)``.
     """
+    check_int(world_size, "world_size")
+    check_int(epoch, "epoch", 0)
     shares = []
     for rank in range(world_size):
         sampler = DistributedSampler(
@@ -99,6 +103,7 @@ def eval_indices(n: int, rank: int, world_size: int) -> range:
     the shares are disjoint, cover every sample once, and differ in size by
     at most one.
     """
+    check_int(world_size, "world_size")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in 0..{world_size - 1}, got {rank}")
     return range(rank, n, world_size)
@@ -109,6 +114,7 @@ def count_correct(
     net: nn.Module, X: torch.Tensor, y: torch.Tensor, batch_size: int = 256
 ) -> torch.Tensor:
     """``[correct predictions, samples]`` of ``net`` on ``(X, y)``: an int64 tensor."""
+    check_batch_size(batch_size)
     counts = torch.zeros(2, dtype=torch.int64, device=X.device)
     for start in range(0, len(y), batch_size):
         y_hat = net(X[start : start + batch_size])
@@ -133,6 +139,7 @@ def evaluate_distributed(
     :class:`~companion.ddp.detectors.EvaluationMiscount` unless exactly
     ``len(dataset)`` samples were counted. Call it on every rank.
     """
+    check_not_empty(dataset, "dataset", "an accuracy needs a test set with samples")
     device = device or model_device(net)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     idx = torch.tensor(eval_indices(len(dataset), rank, world_size), dtype=torch.long)

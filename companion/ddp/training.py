@@ -33,6 +33,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
 from ..core.batches import rank_batch_size
+from ..core.checks import check_not_empty
 from ..core.data import Data
 from ..core.devices import hardware_label
 from ..core.models import get_model
@@ -129,6 +130,7 @@ def train_ddp(data: Data, profile: Profile | str | None = None, **options) -> DD
     ``checks``, the detectors of :mod:`companion.ddp.detectors` run at the end
     and any mistake raises.
     """
+    check_not_empty(data.train, "data.train", "give training samples")
     init_from_env()  # under torchrun; a no-op when the group exists (launch)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     cfg = DDPConfig(get_profile(profile).name, **options).resolve(world_size)

@@ -36,6 +36,10 @@ def unused_parameters(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> list[
     unused. A parameter used only on some batches (control flow that depends
     on the data) may escape this one look.
     """
+    if len(X) != len(y):
+        raise ValueError(
+            f"X and y must hold the same number of samples, got {len(X)} and {len(y)}"
+        )
     devices = [X.device.index or 0] if X.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         shadow = copy.deepcopy(net)

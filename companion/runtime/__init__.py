@@ -5,13 +5,13 @@ Imports only :mod:`companion.core`.
 """
 
 # Every module's public names, re-exported: ``from companion.runtime import ...``.
-from . import group, supervise, launcher, torchrun, checkpoint, tblog
-from .group import *  # noqa: F401,F403
-from .supervise import *  # noqa: F401,F403
-from .launcher import *  # noqa: F401,F403
-from .torchrun import *  # noqa: F401,F403
+from . import checkpoint, group, launcher, supervise, tblog, torchrun
 from .checkpoint import *  # noqa: F401,F403
+from .group import *  # noqa: F401,F403
+from .launcher import *  # noqa: F401,F403
+from .supervise import *  # noqa: F401,F403
 from .tblog import *  # noqa: F401,F403
+from .torchrun import *  # noqa: F401,F403
 
 __all__ = list(
     dict.fromkeys(

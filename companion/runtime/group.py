@@ -27,6 +27,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from ..core.checks import check_choice, check_int, check_positive
 from ..core.devices import gpu_count
 
 __all__ = [
@@ -60,6 +61,7 @@ def rank_device(
     Inside a worker both arguments default to the current process group's
     (``LOCAL_RANK`` if set, else the rank).
     """
+    _check_rank_device(local_rank, backend)
     if local_rank is None or backend is None:
         if not dist.is_initialized():
             raise RuntimeError(
@@ -74,12 +76,20 @@ def rank_device(
     )
 
 
+def _check_rank_device(local_rank: int | None, backend: str | None) -> None:
+    if local_rank is not None:
+        check_int(local_rank, "local_rank", 0)
+    if backend is not None:
+        check_choice(backend, "backend", ["gloo", "nccl"])
+
+
 def threads_per_worker(world_size: int) -> int:
     """CPU threads for each of ``world_size`` workers: ``max(1, cores // world_size)``.
 
     Otherwise every worker would start one thread per core, and the workers
     would fight over the cores (oversubscription).
     """
+    check_int(world_size, "world_size")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     return max(1, (cores or os.cpu_count() or 1) // world_size)
 
@@ -139,6 +149,8 @@ def init_from_env(backend: str = "auto", timeout: float = 300.0) -> bool:
     ``"auto"`` applies :func:`backend_for` to ``LOCAL_WORLD_SIZE``, the
     processes on this machine, so that every rank chooses the same backend.
     """
+    check_choice(backend, "backend", ["auto", "gloo", "nccl"])
+    check_positive(timeout, "timeout", "give the seconds a collective may wait")
     if dist.is_initialized():
         return False
     needed = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"]

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..core.checks import check_int
+
 __all__ = ["open_writer", "read_scalars", "event_files"]
 
 
@@ -22,6 +24,7 @@ def open_writer(log_dir: str | Path | None, rank: int):
     The import happens here, so processes that never log never load
     TensorBoard.
     """
+    check_int(rank, "rank", 0)
     if log_dir is None or rank != 0:
         return None
     log_dir = Path(log_dir)

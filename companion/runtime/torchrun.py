@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ..core.checks import check_positive
 from .group import threads_per_worker
 from .supervise import STOP_GRACE
 
@@ -127,6 +128,7 @@ def run_torchrun(
     ``timeout`` seconds, torchrun and all its workers are stopped and
     ``TimeoutError`` is raised with what they had printed.
     """
+    check_positive(timeout, "timeout", "give the seconds torchrun may run")
     command = torchrun_command(nproc, args, module)
     argv = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
     environment = {**os.environ, "OMP_NUM_THREADS": str(threads_per_worker(nproc))}

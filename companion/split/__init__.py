@@ -5,9 +5,9 @@ with fewer operations; :mod:`.training` runs either for whole epochs.
 """
 
 # Every module's public names, re-exported: ``from companion.split import ...``.
-from . import naive, fused, training
-from .naive import *  # noqa: F401,F403
+from . import fused, naive, training
 from .fused import *  # noqa: F401,F403
+from .naive import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
 
 __all__ = list(

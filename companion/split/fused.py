@@ -24,6 +24,7 @@ from typing import Iterable, Sequence
 import torch
 from torch import nn
 
+from ..core.training import check_lr
 from .naive import Loss, shard_loss, train_batch
 
 __all__ = [
@@ -70,7 +71,10 @@ def allreduce_grads_foreach(replicas: Sequence[nn.Module]) -> None:
 @torch.no_grad()
 def sgd_foreach(params: Iterable[nn.Parameter], lr: float) -> None:
     """Like ``naive.sgd``, ``p -= lr * p.grad``, in one multi-tensor call."""
+    check_lr(lr)
     params = [p for p in params if p.grad is not None]
+    if not params:
+        return
     torch._foreach_add_(params, [p.grad for p in params], alpha=-lr)
     for p in params:
         p.grad = None

@@ -31,6 +31,9 @@ from typing import Callable, Iterable, Sequence
 import torch
 from torch import nn
 
+from ..core.checks import check_int
+from ..core.training import check_lr
+
 __all__ = [
     "shard_sizes",
     "split_batch",
@@ -54,7 +57,14 @@ def shard_sizes(batch_size: int, n_shards: int) -> list[int]:
     ``ceil(n / k)`` long instead: ``[4, 4, 2]``, and for 6 samples on 4 devices
     only three shards, ``[2, 2, 2]``, which leaves a device idle.
     """
-    if n_shards < 1:
+    _check_shards(batch_size, n_shards)
+    q, r = divmod(batch_size, n_shards)
+    return [q + 1] * r + [q] * (n_shards - r)
+
+
+def _check_shards(batch_size: int, n_shards: int) -> None:
+    check_int(batch_size, "batch_size", 0)
+    if check_int(n_shards, "n_shards", 0) < 1:
         raise ValueError(f"need at least one device, got {n_shards}")
     if batch_size < n_shards:
         raise ValueError(
@@ -62,8 +72,6 @@ def shard_sizes(batch_size: int, n_shards: int) -> list[int]:
             f"devices (each needs at least one sample): use a batch of at least "
             f"{n_shards} samples or fewer devices"
         )
-    q, r = divmod(batch_size, n_shards)
-    return [q + 1] * r + [q] * (n_shards - r)
 
 
 def split_batch(
@@ -180,6 +188,7 @@ def allreduce_grads(replicas: Sequence[nn.Module]) -> None:
 @torch.no_grad()
 def sgd(params: Iterable[nn.Parameter], lr: float) -> None:
     """Minibatch SGD in place, ``p -= lr * p.grad``, then drop the gradient."""
+    check_lr(lr)
     for p in params:
         if p.grad is not None:
             p.sub_(p.grad, alpha=lr)

@@ -14,7 +14,7 @@ from torch import nn
 from ..core.devices import hardware_label, synchronize_all
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
-from ..core.training import evaluate_accuracy
+from ..core.training import check_training, evaluate_accuracy
 from .naive import copy_replicas, train_batch
 
 __all__ = ["train"]
@@ -42,8 +42,7 @@ def train(
     replica 0, excluded), after ``warmup_steps`` steps on throw-away replicas.
     At the end ``net`` holds replica 0's parameters and buffers.
     """
-    if epochs < 1:
-        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    check_training(epochs, lr, train_iter, test_iter)
     profile = profile if isinstance(profile, Profile) else get_profile(profile)
     devices = [torch.device(d) for d in devices]
     net.train()

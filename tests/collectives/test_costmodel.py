@@ -79,6 +79,11 @@ def test_measurements_cover_every_algorithm_size_and_world_size():
         plot_bandwidth([m for m in found if m.world_size == 1])
 
 
-def test_an_unknown_algorithm_is_reported_by_the_worker():
-    with pytest.raises(WorkerError, match="unknown algorithm"):
+def test_an_unknown_algorithm_is_refused_before_launching_and_by_the_worker():
+    with pytest.raises(ValueError, match="unknown algorithm"):  # no process started
         measure_allreduce([1], [1], algorithms=("tree",), timeout=60)
+    from companion.collectives import time_allreduce
+    from companion.runtime import launch
+
+    with pytest.raises(WorkerError, match="unknown algorithm"):
+        launch(time_allreduce, 1, [1], ("tree",), timeout=60)

@@ -95,5 +95,5 @@ def test_progress_bar_only_when_asked(sample, capsys):
 
 def test_bad_epochs(sample):
     tr, te = load_iters(sample, 500)
-    with pytest.raises(ValueError, match="epochs must be >= 1"):
+    with pytest.raises(ValueError, match="epochs must be an integer >= 1"):
         train(lenet(), tr, te, epochs=0, lr=0.1, profile="ci")

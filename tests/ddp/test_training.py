@@ -101,7 +101,7 @@ def test_outside_launch_and_torchrun_train_ddp_says_how_to_start_it(small, monke
 
 def test_linear_lr():
     assert linear_lr(0.1, 4) == pytest.approx(0.4) and linear_lr(0.1, 1) == 0.1
-    with pytest.raises(ValueError, match="lr > 0"):
+    with pytest.raises(ValueError, match="lr must be a positive, finite number, got 0.0"):
         linear_lr(0.0, 2)
 
 

@@ -74,3 +74,42 @@ def test_bad_paths_say_what_to_do(tmp_path):
         save_checkpoint(get_model("lenet"), tmp_path)
     with pytest.raises(FileNotFoundError, match="train with checkpoint="):
         load_checkpoint(get_model("lenet"), tmp_path / "missing.pt")
+
+
+def test_a_path_under_a_regular_file_is_refused_before_writing(tmp_path):
+    (tmp_path / "notes.txt").write_text("a file, not a directory")
+    with pytest.raises(NotADirectoryError, match="notes.txt"):
+        save_checkpoint(get_model("lenet"), tmp_path / "notes.txt" / "model.pt")
+    assert (tmp_path / "notes.txt").read_text() == "a file, not a directory"
+
+
+def _whole(tmp_path):
+    return save_checkpoint(get_model("lenet"), tmp_path / "whole.pt").read_bytes()
+
+
+@pytest.mark.parametrize("content, message", [
+    (lambda t: b"", r"empty\.pt is not a readable checkpoint.*save it again with save_checkpoint"),
+    (lambda t: _whole(t)[: len(_whole(t)) // 2], r"is not a readable checkpoint.*truncated"),
+    (lambda t: bytes(range(256)) * 64, r"is not a readable checkpoint"),
+], ids=["empty", "truncated", "random bytes"])
+def test_files_that_are_not_checkpoints_raise_checkpoint_error(tmp_path, content, message):
+    from companion.runtime import CheckpointError
+
+    path = tmp_path / "empty.pt"
+    path.write_bytes(content(tmp_path))
+    net = get_model("lenet")
+    before = flat(net).clone()
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(net, path)
+    assert torch.equal(flat(net), before)  # nothing half-loaded
+
+
+def test_a_checkpoint_of_another_model_or_not_a_state_dict_raises_checkpoint_error(tmp_path):
+    from companion.runtime import CheckpointError
+
+    other = save_checkpoint(get_model("convnet"), tmp_path / "convnet.pt")
+    with pytest.raises(CheckpointError, match=r"does not fit this Sequential.*Build the same model"):
+        load_checkpoint(get_model("lenet"), other)
+    torch.save([1, 2, 3], tmp_path / "list.pt")
+    with pytest.raises(CheckpointError, match=r"holds a list, not a model's state dict"):
+        load_checkpoint(get_model("lenet"), tmp_path / "list.pt")

@@ -307,7 +307,7 @@ def test_train_records_epochs_and_matches_single_device_training(small_sample):
 
 def test_train_rejects_zero_epochs(small_sample):
     train_set, test_set = small_sample
-    with pytest.raises(ValueError, match="epochs must be >= 1"):
+    with pytest.raises(ValueError, match="epochs must be an integer >= 1"):
         train(lenet(), DeviceLoader(train_set, 64), DeviceLoader(test_set, 250), cpus(2), epochs=0, lr=0.1)
 
 

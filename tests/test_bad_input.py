@@ -1,0 +1,280 @@
+"""Bad input gets a clear error that says what to do: one row per (function, bad arguments,
+expected error, message pattern). Every row calls a public function (or the command line) in
+this process; the process-group-dependent checks run before any collective, so no group is
+needed. A reader can scan the table to see what each function refuses and how."""
+import math
+import types
+
+import pytest
+import torch
+
+import companion.bench as bench
+import companion.collectives as col
+import companion.core as core
+import companion.dataparallel as dp
+import companion.ddp as ddp
+import companion.runtime as rt
+import companion.split as split
+
+NAN, INF = math.nan, math.inf
+
+
+def _tiny(n: int) -> core.ImageSet:
+    return core.ImageSet(torch.zeros(n, 28, 28, dtype=torch.uint8), torch.arange(n) % 10)
+
+
+TINY = core.Data("tiny", _tiny(12), _tiny(5), tuple("0123456789"))
+EMPTY = core.Data("empty", _tiny(0), _tiny(0), tuple("0123456789"))
+NO_TEST = core.Data("no-test", _tiny(12), _tiny(0), tuple("0123456789"))
+X, Y = torch.zeros(4, 1, 28, 28), torch.arange(4)
+CPU = [torch.device("cpu")]
+
+
+def net():
+    return core.get_model("lenet")
+
+
+def batches():
+    while True:
+        yield X, Y
+
+
+def iters(data=TINY):
+    return core.load_iters(data, 4)
+
+
+def ddp_config(**options):
+    return ddp.DDPConfig(profile="ci", **options).resolve(2)
+
+
+def ddp_cli(*argv):
+    """The command line's parse and checks, as main runs them before joining a group."""
+    parser = ddp.build_parser()
+    try:
+        ddp.check_options(parser.parse_args(list(argv)), 2)
+    except SystemExit as exit_:
+        raise ValueError(f"argparse exited with {exit_.code}") from None
+
+
+BENCH_OPTIONS = [("allreduce", "--world-size"), ("allreduce", "--mb"), ("allreduce", "--repeats"),
+                 ("dataparallel", "--batch-sizes"), ("dataparallel", "--steps"),
+                 ("dataparallel", "--rounds"), ("dataparallel", "--devices"),
+                 ("ddp", "--world-size"), ("ddp", "--global-batch"), ("ddp", "--rounds"),
+                 ("ddp", "--steps"), ("launch", "--world-size"), ("launch", "--repeats"),
+                 ("loop", "--rounds"), ("split", "--rounds"), ("split", "--steps"),
+                 ("split", "--devices")]
+
+
+def bench_cli(name, option, value):
+    """A benchmark's command line with one bad option; argparse exits before any work."""
+    import importlib
+
+    try:
+        importlib.import_module(f"companion.bench.{name}").main([option, value])
+    except SystemExit as exit_:
+        raise ValueError(f"argparse exited with {exit_.code}") from None
+
+
+def bench_main(name):
+    import contextlib
+    import io
+
+    from companion.bench.__main__ import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main([name])
+    raise ValueError(f"exit {code}: {err.getvalue()}")
+
+
+def write(tmp, name, data: bytes):
+    path = tmp / name
+    path.write_bytes(data)
+    return path
+
+
+# (id, call(tmp_path), expected error, message pattern: the argument, the value, the fix)
+CASES = [
+    # core: devices, profiles, data, loaders, batches, models
+    ("try_devices n=0", lambda t: core.try_devices(0), ValueError, r"need a device count >= 1, got 0; ask for at least one device"),
+    ("try_devices n=1.5", lambda t: core.try_devices(1.5), ValueError, r"need a device count >= 1, got 1\.5"),
+    ("try_devices n=True", lambda t: core.try_devices(True), ValueError, r"need a device count >= 1, got True"),
+    ("get_profile unknown", lambda t: core.get_profile("laptop"), ValueError, r"unknown profile 'laptop'; valid profiles are"),
+    ("get_profile int", lambda t: core.get_profile(3), ValueError, r"unknown profile 3"),
+    ("load_data unknown", lambda t: core.load_data("imagenet", verbose=False), ValueError, r"imagenet.*choose|unknown"),
+    ("load_mnist_sample test_fraction=0", lambda t: core.load_mnist_sample(0), ValueError, r"test_fraction must be between 0 and 1, got 0"),
+    ("load_mnist_sample test_fraction=nan", lambda t: core.load_mnist_sample(NAN), ValueError, r"test_fraction must be between 0 and 1, got nan"),
+    ("data_loader batch_size=0", lambda t: core.data_loader(TINY.train, 0), ValueError, r"batch_size must be a positive integer, got 0"),
+    ("data_loader batch_size=2.5", lambda t: core.data_loader(TINY.train, 2.5), ValueError, r"batch_size must be a positive integer, got 2\.5"),
+    ("data_loader empty", lambda t: core.data_loader(EMPTY.train, 4), ValueError, r"dataset is empty \(0 samples\)"),
+    ("DeviceLoader batch_size=True", lambda t: core.DeviceLoader(TINY.train, True), ValueError, r"batch_size must be a positive integer, got True"),
+    ("DeviceLoader empty", lambda t: core.DeviceLoader(EMPTY.train, 4), ValueError, r"dataset is empty \(0 samples\)"),
+    ("load_iters batch_size=-1", lambda t: core.load_iters(TINY, -1), ValueError, r"batch_size must be a positive integer, got -1"),
+    ("check_batch_size nan", lambda t: core.check_batch_size(NAN), ValueError, r"batch_size must be a positive integer, got nan"),
+    ("rank_batch_size world_size=0", lambda t: core.rank_batch_size(48, 0), ValueError, r"world_size must be a positive integer, got 0"),
+    ("rank_batch_size world_size=2.0", lambda t: core.rank_batch_size(48, 2.0), ValueError, r"world_size must be a positive integer, got 2\.0"),
+    ("rank_batch_size uneven", lambda t: core.rank_batch_size(50, 4), ValueError, r"choose a multiple of 4, e\.g\. 48"),
+    ("get_model unknown", lambda t: core.get_model("vgg"), ValueError, r"unknown model 'vgg'; choose one of lenet"),
+    ("get_model None", lambda t: core.get_model(None), ValueError, r"unknown model None; choose one of lenet"),
+    ("get_model num_classes=0", lambda t: core.get_model("lenet", 0), ValueError, r"num_classes must be an integer >= 1, got 0"),
+    ("lenet num_classes=1.5", lambda t: core.lenet(1.5), TypeError, r"num_classes must be an integer >= 1, got 1\.5"),
+    ("resnet18 in_channels=0", lambda t: core.resnet18(10, 0), ValueError, r"in_channels must be an integer >= 1, got 0"),
+    ("set_seed 1.5", lambda t: core.set_seed(1.5), TypeError, r"seed must be an integer >= 0, got 1\.5"),
+    ("set_seed -1", lambda t: core.set_seed(-1), ValueError, r"seed must be an integer >= 0, got -1"),
+    # core: one-device training, results, files, listings
+    ("evaluate_accuracy empty", lambda t: core.evaluate_accuracy(net(), []), ValueError, r"empty iterator"),
+    ("warm_up lr=-1", lambda t: core.warm_up(net(), X, Y, -1), ValueError, r"lr must be a positive, finite number, got -1"),
+    ("warm_up steps=-1", lambda t: core.warm_up(net(), X, Y, 0.1, -1), ValueError, r"steps must be an integer >= 0, got -1"),
+    ("train lr=-1", lambda t: core.train(net(), *iters(), epochs=1, lr=-1, profile="ci"), ValueError, r"lr must be a positive, finite number, got -1: pass a learning rate such as 0\.1"),
+    ("train lr=nan", lambda t: core.train(net(), *iters(), epochs=1, lr=NAN, profile="ci"), ValueError, r"lr must be a positive, finite number, got nan"),
+    ("train lr=inf", lambda t: core.train(net(), *iters(), epochs=1, lr=INF, profile="ci"), ValueError, r"lr must be a positive, finite number, got inf"),
+    ("train lr='0.1'", lambda t: core.train(net(), *iters(), epochs=1, lr="0.1", profile="ci"), TypeError, r"lr must be a positive, finite number, got '0\.1' of type str"),
+    ("train epochs=0", lambda t: core.train(net(), *iters(), epochs=0, lr=0.1, profile="ci"), ValueError, r"epochs must be an integer >= 1, got 0"),
+    ("train epochs=1.5", lambda t: core.train(net(), *iters(), epochs=1.5, lr=0.1, profile="ci"), TypeError, r"epochs must be an integer >= 1, got 1\.5"),
+    ("train epochs=True", lambda t: core.train(net(), *iters(), epochs=True, lr=0.1, profile="ci"), TypeError, r"epochs must be an integer >= 1, got True"),
+    ("train empty test_iter", lambda t: core.train(net(), iters()[0], [], epochs=1, lr=0.1, profile="ci"), ValueError, r"test_iter is empty \(0 minibatches\)"),
+    ("load_iters empty test set", lambda t: core.load_iters(NO_TEST, 4), ValueError, r"dataset is empty \(0 samples\)"),
+    ("sgd_steps lr=0", lambda t: core.sgd_steps(net(), batches(), 0, 1), ValueError, r"lr must be a positive, finite number, got 0"),
+    ("sgd_steps steps=-1", lambda t: core.sgd_steps(net(), batches(), 0.1, -1), ValueError, r"steps must be an integer >= 0, got -1"),
+    ("sgd_steps steps=2.5", lambda t: core.sgd_steps(net(), batches(), 0.1, 2.5), TypeError, r"steps must be an integer >= 0, got 2\.5"),
+    ("summarize no records", lambda t: core.summarize([]), ValueError, r"summarize needs at least one record"),
+    ("plot_scaling no records", lambda t: core.plot_scaling([]), ValueError, r"plot_scaling needs at least one record"),
+    ("load_records missing", lambda t: core.load_records(t / "none.json"), FileNotFoundError, r"none\.json"),
+    ("load_records garbage", lambda t: core.load_records(write(t, "r.json", b"\x00garbage")), ValueError, r"r\.json.*not a records file.*save_records"),
+    ("atomic_write under a file", lambda t: core.atomic_write(write(t, "f", b"") / "x.pt", lambda f: None), NotADirectoryError, r"is a file"),
+    ("atomic_write to a directory", lambda t: core.atomic_write(t, lambda f: None), IsADirectoryError, r"directory"),
+    ("show a number", lambda t: core.show(42), TypeError, r"show"),
+    # runtime
+    ("backend_for 0", lambda t: rt.backend_for(0), ValueError, r"the number of processes must be an integer >= 1, got 0"),
+    ("threads_per_worker 0", lambda t: rt.threads_per_worker(0), ValueError, r"world_size must be an integer >= 1, got 0"),
+    ("launch world_size=0", lambda t: rt.launch(col.whoami, 0), ValueError, r"world_size must be an integer >= 1, got 0"),
+    ("launch world_size=2.0", lambda t: rt.launch(col.whoami, 2.0), ValueError, r"world_size must be an integer >= 1, got 2\.0"),
+    ("launch world_size=True", lambda t: rt.launch(col.whoami, True), ValueError, r"world_size must be an integer >= 1, got True"),
+    ("launch timeout=0", lambda t: rt.launch(col.whoami, 1, timeout=0), ValueError, r"timeout"),
+    ("launch timeout=nan", lambda t: rt.launch(col.whoami, 1, timeout=NAN), ValueError, r"timeout"),
+    ("launch backend=mpi", lambda t: rt.launch(col.whoami, 1, backend="mpi"), ValueError, r"unknown backend 'mpi'; use 'gloo' or 'nccl'"),
+    ("launch a lambda", lambda t: rt.launch(lambda r, w: r, 1), TypeError, r"lambda|importable|module"),
+    ("launch not a function", lambda t: rt.launch(3, 1), TypeError, r"launch\(\) needs a function, got int"),
+    ("torchrun_command nproc=0", lambda t: rt.torchrun_command(0), ValueError, r"nproc must be an integer >= 1, got 0"),
+    ("run_torchrun nproc=1.5", lambda t: rt.run_torchrun(1.5), ValueError, r"nproc must be an integer >= 1, got 1\.5"),
+    ("run_torchrun timeout=-1", lambda t: rt.run_torchrun(1, timeout=-1), ValueError, r"timeout must be a positive, finite number, got -1"),
+    ("save_checkpoint to a directory", lambda t: rt.save_checkpoint(net(), t), IsADirectoryError, r"directory"),
+    ("save_checkpoint under a file", lambda t: rt.save_checkpoint(net(), write(t, "f", b"") / "m.pt"), NotADirectoryError, r"is a file"),
+    ("load_checkpoint missing", lambda t: rt.load_checkpoint(net(), t / "none.pt"), FileNotFoundError, r"none\.pt"),
+    ("load_checkpoint empty file", lambda t: rt.load_checkpoint(net(), write(t, "e.pt", b"")), rt.CheckpointError, r"e\.pt"),
+    ("load_checkpoint random bytes", lambda t: rt.load_checkpoint(net(), write(t, "r.pt", bytes(range(256)) * 8)), rt.CheckpointError, r"r\.pt"),
+    ("open_writer log_dir is a file", lambda t: rt.open_writer(write(t, "f", b""), 0), NotADirectoryError, r"log"),
+    ("open_writer rank=-1", lambda t: rt.open_writer(t / "logs", -1), ValueError, r"rank must be an integer >= 0, got -1"),
+    ("read_scalars missing", lambda t: rt.read_scalars(t / "none"), FileNotFoundError, r"none"),
+    ("rank_device backend=mpi", lambda t: rt.rank_device(0, "mpi"), ValueError, r"unknown backend 'mpi'; choose one of \['gloo', 'nccl'\]"),
+    ("init_from_env backend=mpi", lambda t: rt.init_from_env("mpi"), ValueError, r"unknown backend 'mpi'; choose one of \['auto', 'gloo', 'nccl'\]"),
+    # split (chapter 2)
+    ("shard_sizes n_shards=0", lambda t: split.shard_sizes(10, 0), ValueError, r"need at least one device, got 0"),
+    ("shard_sizes n_shards=2.0", lambda t: split.shard_sizes(10, 2.0), TypeError, r"n_shards must be an integer >= 0, got 2\.0"),
+    ("shard_sizes too small a batch", lambda t: split.shard_sizes(3, 4), ValueError, r"use a batch of at least 4 samples"),
+    ("split_batch no devices", lambda t: split.split_batch(X, Y, []), ValueError, r"device"),
+    ("copy_replicas no devices", lambda t: split.copy_replicas(net(), []), ValueError, r"at least one device"),
+    ("sgd lr=nan", lambda t: split.sgd(net().parameters(), NAN), ValueError, r"lr must be a positive, finite number, got nan"),
+    ("sgd_foreach lr=-1", lambda t: split.sgd_foreach(net().parameters(), -1), ValueError, r"lr must be a positive, finite number, got -1"),
+    ("train_batch lr=0", lambda t: split.train_batch(X, Y, [net()], CPU, 0), ValueError, r"lr must be a positive, finite number, got 0"),
+    ("split.train epochs=0", lambda t: split.train(net(), *iters(), CPU, epochs=0, lr=0.1), ValueError, r"epochs must be an integer >= 1, got 0"),
+    ("split.train lr=inf", lambda t: split.train(net(), *iters(), CPU, epochs=1, lr=INF), ValueError, r"lr must be a positive, finite number, got inf"),
+    # collectives (chapter 3)
+    ("chunk_bounds world_size=0", lambda t: col.chunk_bounds(10, 0), ValueError, r"world_size must be an integer >= 1, got 0"),
+    ("chunk_bounds numel=-1", lambda t: col.chunk_bounds(-1, 2), ValueError, r"numel must be an integer >= 0, got -1"),
+    ("cost_terms world_size=0", lambda t: col.cost_terms("ring", 0), ValueError, r"world_size must be an integer >= 1, got 0"),
+    ("cost_terms world_size=2.5", lambda t: col.cost_terms("ring", 2.5), TypeError, r"world_size must be an integer >= 1, got 2\.5"),
+    ("cost_terms unknown", lambda t: col.cost_terms("tree", 2), ValueError, r"no cost model for 'tree'; choose from"),
+    ("predict nbytes=-1", lambda t: col.predict("ring", 2, -1, 1e-5, 1e-9), ValueError, r"nbytes must be .*>= 0, got -1"),
+    ("predict alpha=nan", lambda t: col.predict("ring", 2, 8, NAN, 1e-9), ValueError, r"alpha must be .*got nan"),
+    ("bus_bandwidth seconds=0", lambda t: col.bus_bandwidth(8, 0, 2), ValueError, r"seconds must be a positive, finite number, got 0"),
+    ("bus_bandwidth world_size=0", lambda t: col.bus_bandwidth(8, 1.0, 0), ValueError, r"world_size must be an integer >= 1, got 0"),
+    ("fit_alpha_beta one point", lambda t: col.fit_alpha_beta([8], [1.0]), ValueError, r"need at least two \(nbytes, seconds\) pairs"),
+    ("fit_alpha_beta zero time", lambda t: col.fit_alpha_beta([8, 16], [0.0, 1.0]), ValueError, r"measured times must be positive"),
+    ("fit_link nothing to fit", lambda t: col.fit_link([]), ValueError, r"need at least two"),
+    ("measure_allreduce world_sizes=[0]", lambda t: col.measure_allreduce([0], [4]), ValueError, r"world_size must be an integer >= 1, got 0"),
+    ("measure_allreduce numels=[-1]", lambda t: col.measure_allreduce([1], [-1]), ValueError, r"numels must be integers >= 0, got \[-1\]"),
+    ("measure_allreduce unknown algorithm", lambda t: col.measure_allreduce([1], [4], ["tree"]), ValueError, r"unknown algorithm\(s\) \['tree'\]; choose from"),
+    ("measure_allreduce repeats=0", lambda t: col.measure_allreduce([1], [4], repeats=0), ValueError, r"repeats must be an integer >= 1, got 0"),
+    ("plot_bandwidth no measurements", lambda t: col.plot_bandwidth([]), ValueError, r"2 or more processes"),
+    ("DataPartitioner no sizes", lambda t: col.DataPartitioner(TINY.train, []), ValueError, r"sizes \[\] must be non-negative"),
+    ("DataPartitioner sizes=[True]", lambda t: col.DataPartitioner(TINY.train, [True]), TypeError, r"sizes are sample counts"),
+    ("DataPartitioner.even world_size=2.0", lambda t: col.DataPartitioner.even(TINY.train, 2.0), TypeError, r"world_size must be an integer >= 1, got 2\.0"),
+    ("DataPartitioner.even empty", lambda t: col.DataPartitioner.even(EMPTY.train, 2), ValueError, r"dataset is empty"),
+    ("average_gradients unknown", lambda t: col.average_gradients(net(), "tree"), ValueError, r"unknown all-reduce 'tree'"),
+    ("average_gradients n_local=0", lambda t: col.average_gradients(net(), "ring", 0), ValueError, r"n_local must be a positive integer, got 0"),
+    ("train_worker lr=-1", lambda t: col.train_worker(0, 1, TINY, "ci", lr=-1), ValueError, r"lr must be a positive, finite number, got -1"),
+    ("train_worker epochs=1.5", lambda t: col.train_worker(0, 1, TINY, "ci", epochs=1.5), TypeError, r"epochs must be an integer >= 1, got 1\.5"),
+    ("train_worker unknown model", lambda t: col.train_worker(0, 1, TINY, "ci", model="vgg"), ValueError, r"unknown model 'vgg'"),
+    ("train_worker unknown allreduce", lambda t: col.train_worker(0, 1, TINY, "ci", allreduce="tree"), ValueError, r"unknown all-reduce 'tree'"),
+    ("train_worker max_steps=0", lambda t: col.train_worker(0, 1, TINY, "ci", max_steps=0), ValueError, r"max_steps must be >= 1"),
+    ("train_reference steps=-1", lambda t: col.train_reference(1, TINY, "ci", global_batch=4, lr=0.1, steps=-1), ValueError, r"steps must be an integer >= 0, got -1"),
+    ("train_reference lr=0", lambda t: col.train_reference(1, TINY, "ci", global_batch=4, lr=0, steps=1), ValueError, r"lr must be a positive, finite number, got 0"),
+    ("uneven_batch size 0", lambda t: col.uneven_batch([2, 0]), ValueError, r"sizes\[1\] must be a positive integer, got 0"),
+    ("global_gradient no sizes", lambda t: col.global_gradient([]), ValueError, r"sizes must name at least one rank.s sample count, got \[\]"),
+    # dataparallel (chapter 4)
+    ("chunk_sizes n_devices=0", lambda t: dp.chunk_sizes(10, 0), ValueError, r"need at least one device, got 0"),
+    ("chunk_sizes batch_size=0", lambda t: dp.chunk_sizes(0, 2), ValueError, r"pass a non-empty batch"),
+    ("global_mean one size short", lambda t: dp.global_mean(torch.ones(2), [3]), ValueError, r"need one mean per replica"),
+    ("global_mean zero samples", lambda t: dp.global_mean(torch.ones(2), [0, 0]), ValueError, r"sizes must add up to at least one sample, got \[0, 0\]"),
+    ("DataParallelByHand no devices", lambda t: dp.DataParallelByHand(net(), []), ValueError, r"device"),
+    ("dataparallel.train epochs=0", lambda t: dp.train(net(), *iters(), CPU, epochs=0, lr=0.1), ValueError, r"epochs must be an integer >= 1, got 0"),
+    ("dataparallel.train lr=-1", lambda t: dp.train(net(), *iters(), CPU, epochs=1, lr=-1), ValueError, r"lr must be a positive, finite number, got -1"),
+    # ddp (chapter 5)
+    ("linear_lr lr=-1", lambda t: ddp.linear_lr(-1, 2), ValueError, r"lr must be a positive, finite number, got -1"),
+    ("linear_lr lr=nan", lambda t: ddp.linear_lr(NAN, 2), ValueError, r"lr must be a positive, finite number, got nan"),
+    ("linear_lr world_size=2.5", lambda t: ddp.linear_lr(0.1, 2.5), TypeError, r"world_size must be an integer >= 1, got 2\.5"),
+    ("DDPConfig epochs=0", lambda t: ddp_config(epochs=0), ValueError, r"epochs must be a positive integer, got 0"),
+    ("DDPConfig lr=nan", lambda t: ddp_config(lr=NAN), ValueError, r"lr must be a positive, finite number, got nan"),
+    ("DDPConfig lr=True", lambda t: ddp_config(lr=True), TypeError, r"lr must be a positive, finite number, got True"),
+    ("DDPConfig model unknown", lambda t: ddp_config(model="vgg"), ValueError, r"unknown model 'vgg'"),
+    ("DDPConfig profile unknown", lambda t: ddp.DDPConfig(profile="laptop").resolve(2), ValueError, r"unknown profile 'laptop'"),
+    ("DDPConfig both batches", lambda t: ddp_config(global_batch=8, per_rank_batch=4), ValueError, r"give global_batch or per_rank_batch, not both"),
+    ("DDPConfig uneven global batch", lambda t: ddp_config(global_batch=7), ValueError, r"choose a multiple of 2"),
+    ("DDPConfig seed=1.5", lambda t: ddp_config(seed=1.5), TypeError, r"seed must be an integer >= 0, got 1\.5"),
+    ("DDPConfig world_size=0", lambda t: ddp.DDPConfig(profile="ci").resolve(0), ValueError, r"world_size must be an integer >= 1, got 0"),
+    ("DDPConfig checks='yes'", lambda t: ddp_config(checks="yes"), TypeError, r"checks must be True or False, got 'yes'"),
+    ("sampler_indices world_size=0", lambda t: ddp.sampler_indices(range(10), 0), ValueError, r"world_size must be an integer >= 1, got 0"),
+    ("sampler_indices epoch=-1", lambda t: ddp.sampler_indices(range(10), 2, -1), ValueError, r"epoch must be an integer >= 0, got -1"),
+    ("eval_indices rank out of range", lambda t: ddp.eval_indices(10, 2, 2), ValueError, r"rank must be in 0\.\.1, got 2"),
+    ("eval_indices world_size=0", lambda t: ddp.eval_indices(10, 0, 0), ValueError, r"world_size must be an integer >= 1, got 0"),
+    ("SampledLoader batch_size=0", lambda t: ddp.SampledLoader(TINY.train, range(12), 0), ValueError, r"batch_size must be a positive integer, got 0"),
+    ("SampledLoader empty", lambda t: ddp.SampledLoader(EMPTY.train, range(0), 4), ValueError, r"dataset is empty"),
+    ("count_correct batch_size=0", lambda t: ddp.count_correct(net(), X, Y, 0), ValueError, r"batch_size must be a positive integer, got 0"),
+    ("evaluate_distributed empty test set", lambda t: ddp.evaluate_distributed(net(), EMPTY.test), ValueError, r"dataset is empty \(0 samples\).*test set"),
+    ("train_reference_ddp steps=-1", lambda t: ddp.train_reference_ddp(1, TINY, "ci", global_batch=4, lr=0.1, steps=-1), ValueError, r"steps must be an integer >= 0, got -1"),
+    ("train_ddp empty training set", lambda t: ddp.train_ddp(EMPTY, "ci"), ValueError, r"data\.train is empty"),
+    ("diagnose no traces", lambda t: ddp.diagnose([], 10), ValueError, r"traces is empty: give one RankTrace per rank"),
+    ("check_logits not a tensor", lambda t: ddp.check_logits([0.5, 0.5]), TypeError, r"outputs must be a tensor"),
+    ("train_with_mistake unknown", lambda t: ddp.train_with_mistake(0, 1, TINY, "typo"), ValueError, r"unknown mistake 'typo'; choose from"),
+    ("unused_parameters mismatched batch", lambda t: ddp.unused_parameters(net(), X, Y[:2]), ValueError, r"X and y must hold the same number of samples"),
+    ("ddp cli --epochs 1.5", lambda t: ddp_cli("--epochs", "1.5"), ValueError, r"argparse exited with 2"),
+    ("ddp cli --seed x", lambda t: ddp_cli("--seed", "x"), ValueError, r"argparse exited with 2"),
+    ("ddp cli --seed -1", lambda t: ddp_cli("--seed", "-1"), ValueError, r"argparse exited with 2"),
+    ("ddp cli --global-batch 0", lambda t: ddp_cli("--global-batch", "0"), ValueError, r"argparse exited with 2"),
+    ("ddp cli --timeout nan", lambda t: ddp_cli("--timeout", "nan"), ValueError, r"argparse exited with 2"),
+    ("ddp cli --global-batch 7", lambda t: ddp_cli("--global-batch", "7"), ValueError, r"choose a multiple of 2"),
+    ("ddp cli --model vgg", lambda t: ddp_cli("--model", "vgg"), ValueError, r"unknown model 'vgg'"),
+    ("ddp cli --per-rank-batch -4", lambda t: ddp_cli("--per-rank-batch", "-4"), ValueError, r"argparse exited with 2"),
+    ("ddp cli --lr 1e400", lambda t: ddp_cli("--lr", "1e400"), ValueError, r"argparse exited with 2"),
+    ("ddp cli --checkpoint under a file", lambda t: ddp_cli("--checkpoint", str(write(t, "f", b"") / "m.pt")), ValueError, r"--checkpoint .*f is a file, not a directory"),
+    ("ddp cli --log-dir under a file", lambda t: ddp_cli("--log-dir", str(write(t, "f", b"") / "logs")), ValueError, r"--log-dir .*f is a file, not a directory"),
+    # bench: the functions and every numeric option of the benchmarks' command lines
+    *[(f"bench {name} {option} {value}", lambda t, n=name, o=option, v=value: bench_cli(n, o, v),
+       ValueError, r"argparse exited with 2")
+      for name, option in BENCH_OPTIONS for value in ("0", "-1", "nan")],
+    ("bench unknown name", lambda t: bench_main("fastest"), ValueError, r"unknown benchmark 'fastest'; available: "),
+    ("time_median repeats=0", lambda t: bench.time_median(lambda: None, repeats=0), ValueError, r"repeats must be an integer >= 1, got 0"),
+    ("time_median warmup=-1", lambda t: bench.time_median(lambda: None, warmup=-1), ValueError, r"warmup must be an integer >= 0, got -1"),
+]
+
+
+@pytest.mark.parametrize("call, error, message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_gets_a_clear_error(tmp_path, call, error, message):
+    with pytest.raises(error, match=message):
+        call(tmp_path)
+
+
+def test_the_table_covers_every_subpackage():
+    covered = {c[0].split()[0].split(".")[0] for c in CASES}
+    assert len(CASES) >= 100 and len(covered) >= 60
