@@ -244,11 +244,11 @@ def _panels(measurements: Sequence[Measurement], ylabel: str, title: str):
     if not sizes:
         raise ValueError("the plot needs measurements with 2 or more processes")
     fig, axes = plt.subplots(
-        1, len(sizes), figsize=(3.6 * len(sizes), 3.3), sharey=True
+        1, len(sizes), figsize=(9.0, 3.6), sharey=True  # fits the page unscaled
     )
     axes = np.atleast_1d(axes)
     for ax, p in zip(axes, sizes):
-        ax.set(xscale="log", yscale="log", xlabel="message size per rank (bytes)")
+        ax.set(xscale="log", yscale="log", xlabel="bytes per rank")
         ax.set_title(f"{p} processes", fontsize=10)
         ax.grid(alpha=0.3, which="both")
     axes[0].set_ylabel(ylabel)
@@ -268,7 +268,7 @@ def plot_bandwidth(measurements: Sequence[Measurement], title: str = ""):
         ax.plot(
             [m.nbytes for m in ms], [m.busbw / 1e9 for m in ms], "o-", ms=3, label=name
         )
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -284,6 +284,6 @@ def plot_model(
         n = [m.nbytes for m in ms]
         ax.plot(n, [m.seconds for m in ms], "o", ms=3, color=color, label=name)
         ax.plot(n, [predict(name, p, x, alpha, beta) for x in n], "-", color=color)
-    axes[0].legend(fontsize=7, title="points: measured\nlines: model", title_fontsize=7)
+    axes[0].legend(fontsize=8, title="points: measured\nlines: model", title_fontsize=8)
     fig.tight_layout()
     return fig
