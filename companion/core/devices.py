@@ -72,11 +72,21 @@ def as_devices(devices: Sequence[Device]) -> list[torch.device]:
         )
     out = []
     for d in devices:
-        d = torch.device("cuda", d) if isinstance(d, int) else torch.device(d)
+        d = _as_device(d)
         if d.type == "cuda" and d.index is None:  # "cuda" means the current GPU
             d = torch.device("cuda", torch.cuda.current_device())
         out.append(d)
     return out
+
+
+def _as_device(d: Device) -> torch.device:
+    try:
+        return torch.device("cuda", d) if isinstance(d, int) else torch.device(d)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(
+            f"{d!r} is not a device: give 'cpu', 'cuda:0', a torch.device or a GPU "
+            f"index"
+        ) from err
 
 
 def synchronize(device: Device | None = None) -> None:
