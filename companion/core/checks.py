@@ -16,6 +16,7 @@ __all__ = [
     "check_positive",
     "check_choice",
     "check_not_empty",
+    "check_module",
     "positive_arg",
 ]
 
@@ -73,6 +74,17 @@ def check_not_empty(data: Sized, name: str, hint: str = "") -> Sized:
     if len(data) == 0:
         raise ValueError(f"{name} is empty (0 samples){_fix(hint)}")
     return data
+
+
+def check_module(net: Any, name: str = "net") -> Any:
+    """``net`` if it is a ``torch.nn.Module``; ``TypeError`` naming ``name`` else."""
+    from torch import nn
+
+    if not isinstance(net, nn.Module):
+        raise TypeError(
+            f"{name} must be a torch.nn.Module (a model), got {type(net).__name__}"
+        )
+    return net
 
 
 def positive_arg(kind: type):

@@ -73,13 +73,14 @@ def as_devices(devices: Sequence[Device]) -> list[torch.device]:
         )
     out = []
     for d in devices:
-        d = torch.device("cuda", d) if isinstance(d, int) else torch.device(d)
+        d = _as_device(d)
         if d.type == "cuda" and d.index is None:  # "cuda" means the current GPU
             d = torch.device("cuda", torch.cuda.current_device())
         out.append(d)
     return out
 
 
+<<<<<<< HEAD
 def model_device(net: torch.nn.Module) -> torch.device:
     """Where ``net`` computes: the device of its first parameter (or buffer); else the CPU.
 
@@ -91,6 +92,16 @@ def model_device(net: torch.nn.Module) -> torch.device:
     for t in net.buffers():
         return t.device
     return torch.device("cpu")
+=======
+def _as_device(d: Device) -> torch.device:
+    try:
+        return torch.device("cuda", d) if isinstance(d, int) else torch.device(d)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(
+            f"{d!r} is not a device: give 'cpu', 'cuda:0', a torch.device or a GPU "
+            f"index"
+        ) from err
+>>>>>>> issue17
 
 
 def synchronize(device: Device | None = None) -> None:

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .checks import check_int
+from .checks import check_int, check_module
 
 __all__ = [
     "lenet",
@@ -181,4 +181,5 @@ def get_model(name: str, num_classes: int = 10) -> nn.Module:
 
 def count_parameters(net: nn.Module) -> int:
     """Number of trainable scalars in ``net``."""
+    check_module(net)
     return sum(p.numel() for p in net.parameters() if p.requires_grad)

@@ -123,7 +123,7 @@ def describe_setup(profile: Profile | None = None) -> str:
     """The notice printed atop every chapter: profile, hardware, and what they mean."""
     from .devices import hardware_label
 
-    profile = profile or get_profile()
+    profile = get_profile(profile)
     gpus = gpu_count()
     if gpus >= 2:
         meaning = f"{gpus} GPUs: multi-device cells run on real, distinct GPUs"

@@ -69,6 +69,8 @@ class Timer:
 
 def accuracy(y_hat: torch.Tensor, y: torch.Tensor) -> int:
     """Number of rows of logits ``y_hat`` whose arg-max equals the label in ``y``."""
+    if len(y_hat) != len(y):
+        raise ValueError(f"{len(y_hat)} rows of logits for {len(y)} labels")
     return int((y_hat.argmax(dim=1) == y).sum())
 
 

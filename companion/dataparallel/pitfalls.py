@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
+from ..core.checks import check_positive
 from ..core.devices import as_devices
 from ..runtime.checkpoint import unwrap
 
@@ -90,6 +91,7 @@ def visible_devices_in_subprocess(value: str, timeout: float = 120) -> dict:
     ``torch.cuda.device_count()``, device names, and the physical ids behind
     its indices (:func:`physical_gpu_ids`). The child is killed after ``timeout`` s.
     """
+    check_positive(timeout, "timeout", "give the seconds the child may take")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": value}
     try:
         done = subprocess.run(

@@ -32,6 +32,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..core.checks import check_module
+
 __all__ = [
     "MistakeDetected",
     "ReplicasOutOfSync",
@@ -86,7 +88,9 @@ def fingerprint(net: nn.Module, buffers: dict[str, torch.Tensor] | None = None) 
     where it has them, else as they are now: pass the snapshot of
     :func:`track_buffers` to hash the buffers as DDP last broadcast them.
     """
-    state = {k.removeprefix("module."): v for k, v in net.state_dict().items()}
+    state = {
+        k.removeprefix("module."): v for k, v in check_module(net).state_dict().items()
+    }
     state.update(buffers or {})
     digest = hashlib.sha256()
     for name in sorted(state):
@@ -106,7 +110,7 @@ def track_buffers(net: nn.Module) -> dict[str, torch.Tensor]:
     whereas the buffers themselves (BatchNorm's running statistics) then move
     with each rank's own batch. Evaluation (``eval()`` mode) leaves it alone.
     """
-    module = getattr(net, "module", net)
+    module = getattr(check_module(net), "module", net)
     snapshot: dict[str, torch.Tensor] = {}
 
     def hook(mod: nn.Module, args) -> None:
@@ -125,6 +129,8 @@ def check_replicas_in_sync(fingerprints: Sequence[str]) -> None:
     taken before training). The buffers after the last forward pass differ
     legitimately between ranks for any model with running statistics.
     """
+    if len(fingerprints) == 0:
+        raise ValueError("fingerprints is empty: give one per rank")
     drifted = [r for r, f in enumerate(fingerprints) if f != fingerprints[0]]
     if drifted:
         raise ReplicasOutOfSync(
@@ -144,6 +150,8 @@ def check_disjoint_shards(indices_by_rank: Sequence[torch.Tensor], n: int) -> No
     those are allowed, anything more is duplicated work.
     """
     world_size = len(indices_by_rank)
+    if world_size == 0:
+        raise ValueError("indices_by_rank is empty: give one tensor per rank")
     read = torch.cat([torch.as_tensor(i).flatten() for i in indices_by_rank])
     repeats = len(read) - len(torch.unique(read))
     padding = -n % world_size

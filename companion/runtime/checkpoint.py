@@ -43,6 +43,8 @@ class CheckpointError(ValueError):
 
 def register_wrapper(cls: type) -> type:
     """Mark ``cls`` as a wrapper whose ``.module`` is the model; usable as a decorator."""
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise TypeError(f"cls must be a subclass of nn.Module, got {cls!r}")
     if cls not in WRAPPERS:
         WRAPPERS.append(cls)
     return cls
