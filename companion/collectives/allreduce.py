@@ -162,11 +162,9 @@ def allreduce_ring_pipelined(
     Here the chunk arrives one segment at a time, in turn into two buffers
     small enough to stay in the CPU's cache; segment ``i + 1`` is in flight
     while segment ``i`` is being added. Same result, bit for bit, as the ring.
-    The default segment, ``2**20`` elements (4 MB of float32), was the fastest
-    of ``2**12`` to ``2**22`` (steps of 4x) for 64 MB on two processes of the
-    book's 2-core CPU machine, a few percent ahead of ``2**22``; smaller
-    segments pay the per-message latency too often. Chapter 3 prints the
-    sweep (``companion.bench.allreduce.segment_sweep``) of the machine it runs on.
+    The default, ``2**20`` elements, was the fastest of ``2**12`` .. ``2**22``
+    for 64 MB on two processes of a 2-core CPU; chapter 3 prints the sweep
+    (``companion.bench.allreduce.segment_sweep``) of the machine it runs on.
     """
     flat, rank, world = _flat(tensor), dist.get_rank(), dist.get_world_size()
     if world == 1:

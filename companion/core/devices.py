@@ -80,7 +80,16 @@ def as_devices(devices: Sequence[Device]) -> list[torch.device]:
     return out
 
 
-<<<<<<< HEAD
+def _as_device(d: Device) -> torch.device:
+    try:
+        return torch.device("cuda", d) if isinstance(d, int) else torch.device(d)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(
+            f"{d!r} is not a device: give 'cpu', 'cuda:0', a torch.device or a GPU "
+            f"index"
+        ) from err
+
+
 def model_device(net: torch.nn.Module) -> torch.device:
     """Where ``net`` computes: the device of its first parameter (or buffer); else the CPU.
 
@@ -92,16 +101,6 @@ def model_device(net: torch.nn.Module) -> torch.device:
     for t in net.buffers():
         return t.device
     return torch.device("cpu")
-=======
-def _as_device(d: Device) -> torch.device:
-    try:
-        return torch.device("cuda", d) if isinstance(d, int) else torch.device(d)
-    except (RuntimeError, TypeError) as err:
-        raise ValueError(
-            f"{d!r} is not a device: give 'cpu', 'cuda:0', a torch.device or a GPU "
-            f"index"
-        ) from err
->>>>>>> issue17
 
 
 def synchronize(device: Device | None = None) -> None:
