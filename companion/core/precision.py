@@ -1,6 +1,6 @@
-"""Precision: exact fp32 for equivalence checks, and what TF32 does to a gradient.
+"""Precision: exact fp32 for checks, what TF32 does, and mixed precision for speed.
 
-Used in: chapter 2 (and every equivalence check after it).
+Used in: chapters 1 (the fast baseline) and 2 (and every equivalence check).
 
 On NVIDIA GPUs since Ampere, cuDNN convolutions run in **TF32** by default
 (``torch.backends.cudnn.allow_tf32`` is ``True``): the inputs of each
@@ -24,7 +24,16 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-__all__ = ["strict_fp32", "round_to_tf32", "tf32_emulation", "gradient_gap"]
+__all__ = [
+    "strict_fp32",
+    "round_to_tf32",
+    "tf32_emulation",
+    "gradient_gap",
+    "PRECISIONS",
+    "best_precision",
+    "MathMode",
+    "amp_train_step",
+]
 
 _TF32_ENV = "NVIDIA_TF32_OVERRIDE"  # read by cuBLAS and cuDNN when a process starts
 
@@ -142,3 +151,73 @@ def gradient_gap(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> dict[str, 
         out[f"{name} max abs"] = (g - exact).abs().max().item()
         out[f"{name} relative"] = ((g - exact).norm() / exact.norm()).item()
     return out
+
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def best_precision(device: torch.device | str) -> str:
+    """The fast choice for ``device``: bf16 on GPUs of compute capability 8.0+ (A100,
+    H100, RTX 30xx on), fp16 with loss scaling on older GPUs (Colab's T4), fp32 on
+    the CPU, where autocast rarely pays."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "fp32"
+    major, _ = torch.cuda.get_device_capability(device)
+    return "bf16" if major >= 8 else "fp16"
+
+
+class MathMode:
+    """How a training step computes: ``precision`` and the memory layout.
+
+    ``"fp32"``: plain fp32 (TF32 as torch's defaults allow). ``"bf16"`` and
+    ``"fp16"``: forward and loss under ``torch.autocast`` to that type; fp16
+    also scales the loss (``torch.amp.GradScaler``) so small gradients do not
+    underflow. ``channels_last`` stores images and convolution weights in
+    NHWC order, the layout tensor cores read fastest. ``"auto"`` is
+    :func:`best_precision`.
+    """
+
+    def __init__(self, precision: str, device, channels_last: bool = False):
+        device = torch.device(device)
+        precision = best_precision(device) if precision == "auto" else precision
+        if precision not in PRECISIONS:
+            raise ValueError(
+                f"precision must be one of {PRECISIONS} or 'auto', got {precision!r}"
+            )
+        self.precision, self.channels_last = precision, channels_last
+        self.device_type = device.type
+        self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        scale = precision == "fp16"
+        self.scaler = torch.amp.GradScaler(device.type) if scale else None
+
+    def __repr__(self) -> str:
+        layout = ", channels_last" if self.channels_last else ""
+        return f"{self.precision}{layout}"
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype)
+
+    def layout(self, t: torch.Tensor) -> torch.Tensor:
+        if self.channels_last and t.dim() == 4:
+            return t.contiguous(memory_format=torch.channels_last)
+        return t
+
+
+def amp_train_step(net, X, y, loss_fn, optimizer, mode: MathMode) -> torch.Tensor:
+    """``train_step`` in ``mode``: forward and loss under autocast; fp16 scales the loss."""
+    optimizer.zero_grad(set_to_none=True)
+    device = next(net.parameters()).device
+    with mode.autocast():
+        y_hat = net(mode.layout(X.to(device, non_blocking=True)))
+        loss = loss_fn(y_hat, y.to(y_hat.device, non_blocking=True))
+    if mode.scaler is None:
+        loss.backward()
+        optimizer.step()
+    else:
+        mode.scaler.scale(loss).backward()
+        mode.scaler.step(optimizer)
+        mode.scaler.update()
+    return loss.detach().float()

@@ -40,6 +40,8 @@ class Profile:
     lr: float
     device_counts: tuple[int, ...]
     notes: str = field(default="", compare=False)
+    precision: str = "fp32"  # "auto": the fast baseline's (chapter 1)
+    channels_last: bool = False
 
     @property
     def model(self) -> str:
@@ -78,6 +80,8 @@ PROFILES: dict[str, Profile] = {
         batch_size=256,
         lr=0.1,
         device_counts=(1,),  # replaced by 1 .. all GPUs in get_profile
+        precision="auto",  # bf16 (or fp16 on older GPUs): chapter 1's fast baseline
+        channels_last=True,
         notes="one or more CUDA GPUs",
     ),
 }
@@ -144,5 +148,6 @@ def describe_setup(profile: Profile | None = None) -> str:
         f"data set {profile.dataset}{_FALLBACK.get(profile.name, '')}\n"
         f"model {' + '.join(profile.models)}, "
         f"{profile.epochs} epochs, batch {profile.batch_size}, lr {profile.lr}, "
-        f"device counts {list(profile.device_counts)}"
+        f"device counts {list(profile.device_counts)}, math {profile.precision}"
+        f"{', channels_last' if profile.channels_last else ''}"
     )

@@ -39,6 +39,7 @@ class Record:
     profile: str
     model: str = ""
     dataset: str = ""
+    precision: str = "fp32"  # and memory layout, e.g. "bf16, channels_last"
 
 
 def save_records(records: Iterable[Record], path: str | Path) -> Path:
@@ -112,7 +113,9 @@ def summarize(records: Sequence[Record]) -> str:
         )
     last = " or ".join(map(str, sorted(ks)))
     lines.append(f"test acc: mean of the last {last} epoch(s), and their range")
-    labels = sorted({f"{r.hardware}, profile {r.profile}" for r in records})
+    labels = sorted(
+        {f"{r.hardware}, profile {r.profile}, {r.precision}" for r in records}
+    )
     lines.append("measured on: " + "; ".join(labels))
     return "\n".join(lines)
 
@@ -183,7 +186,9 @@ def plot_scaling(
     low = min(max(0.0, (low + high - span) / 2), 1.01 - span)
     ax_acc.set_ylim(low, low + span)
     ax_acc.legend(fontsize=8)
-    labels = sorted({f"{r.hardware}, profile '{r.profile}'" for r in records})
+    labels = sorted(
+        {f"{r.hardware}, profile '{r.profile}', {r.precision}" for r in records}
+    )
     fig.suptitle(title or "; ".join(labels), fontsize=10)
     fig.tight_layout()
     return fig

@@ -6,6 +6,7 @@ Used in: chapter 1, and as the reference every parallel method is compared with.
 from __future__ import annotations
 
 import copy
+from functools import partial
 import random
 import time
 from typing import Iterable
@@ -15,6 +16,7 @@ from torch import nn
 
 from .checks import check_int, check_positive
 from .devices import hardware_label, model_device, synchronize
+from .precision import MathMode, amp_train_step
 from .profiles import Profile, get_profile
 from .results import Record
 
@@ -123,12 +125,14 @@ def train_epoch(
     optimizer: torch.optim.Optimizer,
     device: torch.device | str | None = None,
     progress=None,
+    step=train_step,
 ) -> tuple[float, int]:
     """One pass over ``train_iter``; returns ``(mean training loss, samples seen)``.
 
     Batches go to ``device`` (by default the model's). The loss is summed on
     the device and read once at the end: calling ``.item()`` every step would
-    force a synchronisation per step.
+    force a synchronisation per step. ``step`` is ``train_step`` or a step with
+    the same arguments (``partial(amp_train_step, mode=...)``).
     """
     device = device or model_device(net)
     net.train()
@@ -136,7 +140,7 @@ def train_epoch(
     n = 0
     for X, y in train_iter:
         X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        loss_sum += train_step(net, X, y, loss_fn, optimizer) * len(y)
+        loss_sum += step(net, X, y, loss_fn, optimizer) * len(y)
         n += len(y)
         if progress is not None:
             progress.update(1)
@@ -179,8 +183,15 @@ def train(
     dataset: str = "",
     warmup_steps: int = 3,
     progress: bool | None = None,
+    precision: str | None = None,
+    channels_last: bool | None = None,
 ) -> list[Record]:
     """Train ``net`` on one device with minibatch SGD; one :class:`Record` per epoch.
+
+    ``precision`` (``fp32``, ``bf16``, ``fp16`` or ``auto``) and
+    ``channels_last`` choose the math (:class:`~companion.core.precision.MathMode`),
+    recorded in every :class:`Record`; left unset, the profile's (fp32 in
+    ``ci`` and ``cpu``, chapter 1's fast baseline in ``gpu``).
 
     Each epoch is timed whole with :class:`Timer` (evaluation excluded);
     ``warmup_steps`` steps on a copy of the model run first (see
@@ -190,7 +201,13 @@ def train(
     check_training(epochs, lr, train_iter, test_iter)
     profile = profile if isinstance(profile, Profile) else get_profile(profile)
     device = torch.device(device) if device is not None else model_device(net)
+    precision = profile.precision if precision is None else precision
+    channels_last = profile.channels_last if channels_last is None else channels_last
+    mode = MathMode(precision, device, channels_last)
     net.to(device)
+    if channels_last:
+        net.to(memory_format=torch.channels_last)
+    step = train_step if str(mode) == "fp32" else partial(amp_train_step, mode=mode)
     loss_fn = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(net.parameters(), lr=lr)
     if warmup_steps:
@@ -211,7 +228,7 @@ def train(
         for epoch in range(1, epochs + 1):
             with Timer(device) as t:
                 train_loss, n = train_epoch(
-                    net, train_iter, loss_fn, optimizer, device, bar
+                    net, train_iter, loss_fn, optimizer, device, bar, step
                 )
             test_acc = evaluate_accuracy(net, test_iter, device)
             records.append(
@@ -227,6 +244,7 @@ def train(
                     profile=profile.name,
                     model=model_name,
                     dataset=dataset,
+                    precision=str(mode),
                 )
             )
     finally:

@@ -78,6 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="let DDP skip parameters that forward does not use (costs an extra "
         "traversal of the autograd graph every step; without it they are an error)",
     )
+    add(
+        "--precision",
+        choices=["fp32", "bf16", "fp16", "auto"],
+        help="math of the steps (default: the profile's; auto: bf16 on GPUs of "
+        "compute capability 8.0+, fp16 before, fp32 on CPUs)",
+    )
+    add(
+        "--channels-last",
+        action="store_true",
+        default=None,
+        help="store images and weights channels-last (default: the profile's)",
+    )
     add("--log-dir", help="TensorBoard log directory (rank 0 writes it)")
     add("--checkpoint", help="checkpoint file (rank 0 writes it atomically)")
     add("--seed", type=_count, default=0, help="seed of the model and shuffles (0)")
@@ -159,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             lr=args.lr,
             scale_lr=args.scale_lr,
             find_unused_parameters=args.find_unused_parameters,
+            precision=args.precision,
+            channels_last=args.channels_last,
             log_dir=args.log_dir,
             checkpoint=args.checkpoint,
             seed=args.seed,

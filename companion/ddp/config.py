@@ -49,6 +49,8 @@ class DDPConfig:
     # DDP looks for parameters that forward does not use, after every forward pass:
     # an extra traversal of the autograd graph each step. Off: they raise first.
     find_unused_parameters: bool = False
+    precision: str | None = None  # fp32, bf16, fp16 or auto (MathMode)
+    channels_last: bool | None = None
     verbose: bool = False
 
     def resolve(self, world_size: int) -> "DDPConfig":
@@ -67,6 +69,12 @@ class DDPConfig:
             global_batch=batch * world_size,
             epochs=self.epochs or profile.epochs,
             lr=linear_lr(lr, world_size) if self.scale_lr else lr,
+            precision=self.precision or profile.precision,
+            channels_last=(
+                profile.channels_last
+                if self.channels_last is None
+                else self.channels_last
+            ),
         )
 
     def _check(self, world_size: int) -> None:

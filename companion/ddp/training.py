@@ -39,6 +39,7 @@ from ..core.devices import hardware_label
 from ..core.models import get_model
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
+from ..core.precision import MathMode, amp_train_step
 from ..core.training import Timer, flat_params, set_seed, sgd_steps, train_step, warm_up
 from ..runtime.checkpoint import save_checkpoint
 from ..runtime.group import init_from_env, rank_device
@@ -80,6 +81,7 @@ def build_ddp(
     lr: float,
     seed: int,
     find_unused_parameters: bool = False,
+    channels_last: bool = False,
 ) -> DDP:
     """The same freshly seeded ``model`` on every rank, warmed up, wrapped in DDP.
 
@@ -93,6 +95,8 @@ def build_ddp(
     """
     set_seed(seed)
     net = get_model(model).to(device)
+    if channels_last:
+        net.to(memory_format=torch.channels_last)
     if not find_unused_parameters:
         check_unused_parameters(net, X, y)
     warm_up(net, X, y, lr)
@@ -101,17 +105,17 @@ def build_ddp(
 
 
 def run_epoch(
-    net, train_iter, loss_fn, optimizer, max_steps=None
+    net, train_iter, loss_fn, optimizer, max_steps=None, step=train_step
 ) -> tuple[torch.Tensor, int]:
     """One pass of this rank over its share: ``([loss sum, samples], steps)``.
 
     The sums stay on the device (no synchronisation per step); ``max_steps``
-    ends the pass early.
+    ends the pass early; ``step`` is ``train_step`` or a mixed-precision step.
     """
     device = next(net.parameters()).device
     totals, steps = torch.zeros(2, dtype=torch.float64, device=device), 0
     for X, y in train_iter:
-        totals[0] += train_step(net, X, y, loss_fn, optimizer) * len(y)
+        totals[0] += step(net, X, y, loss_fn, optimizer) * len(y)
         totals[1] += len(y)
         steps += 1
         if steps == max_steps:
@@ -139,8 +143,17 @@ def train_ddp(data: Data, profile: Profile | str | None = None, **options) -> DD
     train_iter = SampledLoader(data.train, sampler, cfg.per_rank_batch, device)
     X, y = next(iter(train_iter))
     net = build_ddp(
-        cfg.model, device, X, y, cfg.lr, cfg.seed, cfg.find_unused_parameters
+        cfg.model,
+        device,
+        X,
+        y,
+        cfg.lr,
+        cfg.seed,
+        cfg.find_unused_parameters,
+        cfg.channels_last,
     )
+    mode = MathMode(cfg.precision, device, cfg.channels_last)
+    step = train_step if str(mode) == "fp32" else partial(amp_train_step, mode=mode)
     buffers = track_buffers(net)  # as DDP broadcast them: see check_replicas_in_sync
     loss_fn, optimizer = nn.CrossEntropyLoss(), torch.optim.SGD(
         net.parameters(), lr=cfg.lr
@@ -153,6 +166,7 @@ def train_ddp(data: Data, profile: Profile | str | None = None, **options) -> DD
         profile=cfg.profile,
         model=cfg.model,
         dataset=data.name,
+        precision=str(mode),
     )
     _announce(cfg, world_size)
     writer, records, orders, steps = open_writer(cfg.log_dir, rank), [], [], 0
@@ -162,7 +176,9 @@ def train_ddp(data: Data, profile: Profile | str | None = None, **options) -> DD
             dist.barrier()
             with Timer(device) as timer:
                 left = None if cfg.max_steps is None else cfg.max_steps - steps
-                totals, done = run_epoch(net, train_iter, loss_fn, optimizer, left)
+                totals, done = run_epoch(
+                    net, train_iter, loss_fn, optimizer, left, step
+                )
             steps += done
             orders.append(train_iter.indices[: int(totals[1])])
             dist.all_reduce(totals)  # loss sum and samples, over all ranks

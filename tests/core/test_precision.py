@@ -62,3 +62,35 @@ def test_gradient_gap_is_tf32_sized_on_a_smooth_model(device):
     assert 1e-5 < gap["emulated relative"] < 5e-3
     assert ("cuda relative" in gap) == (device.type == "cuda")
     assert all(p.grad is None for p in net.parameters())
+
+
+def test_best_precision_is_fp32_on_the_cpu_and_bad_names_are_refused():
+    from companion.core import MathMode, best_precision
+
+    assert best_precision("cpu") == "fp32"
+    assert str(MathMode("auto", "cpu")) == "fp32"
+    assert str(MathMode("bf16", "cpu", channels_last=True)) == "bf16, channels_last"
+    with pytest.raises(ValueError, match="precision must be one of"):
+        MathMode("fp8", "cpu")
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_trains_to_within_a_stated_tolerance_of_fp32(device, precision):
+    """Same data, same start: after 2 epochs the loss and accuracy stay close to fp32's."""
+    from companion.core import load_data, load_iters, train
+
+    if device.type == "cuda" and precision == "bf16" and not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bf16")
+    data = load_data("mnist-sample", verbose=False)
+    results = {}
+    for p in ("fp32", precision):
+        set_seed(0)
+        train_iter, test_iter = load_iters(data, 64, device, seed=0)
+        records = train(lenet(), train_iter, test_iter, epochs=2, lr=0.1, device=device,
+                        profile="ci", precision=p, channels_last=p != "fp32")
+        results[p] = records[-1]
+    assert results[precision].precision == f"{precision}, channels_last"
+    assert results["fp32"].precision == "fp32"
+    # stated tolerance: 0.05 in mean training loss, 3 points of test accuracy
+    assert abs(results[precision].train_loss - results["fp32"].train_loss) < 0.05
+    assert abs(results[precision].test_acc - results["fp32"].test_acc) < 0.03

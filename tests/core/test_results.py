@@ -52,7 +52,7 @@ def test_summarize_averages_the_last_half_of_the_epochs_and_the_time_of_all():
     assert final_accuracy(four) == (pytest.approx(0.85), 0.8, 0.9, 2)
     assert summarize(four).splitlines()[1].split()[3:5] == ["0.850", "(0.800-0.900)"]
     assert "mean of the last 2 epoch(s)" in summarize(four)
-    assert text.endswith("measured on: CPU, 2 cores (x86_64), profile ci")
+    assert text.endswith("measured on: CPU, 2 cores (x86_64), profile ci, fp32")
 
 
 def test_summarize_columns_line_up_for_long_method_names():

@@ -159,3 +159,13 @@ def test_nccl_ddp_on_two_gpus_equals_one_process(small):
     assert torch.equal(results[0].params, results[1].params)
     # GPU and CPU kernels sum in different orders: fp32 rounding, compounded over 5 steps
     torch.testing.assert_close(results[0].params, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_mixed_precision_ddp_records_its_math_and_trains(small):
+    """bf16 autocast under DDP (CPU processes here): the Record says so, the loss falls."""
+    results = launch(ddp_worker, 2, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, epochs=2,
+                     precision="bf16", timeout=180, backend="gloo")
+    records = results[0].records
+    assert [r.precision for r in records] == ["bf16", "bf16"]
+    assert records[1].train_loss < records[0].train_loss
+    assert torch.equal(results[0].params, results[1].params)  # still replicas
