@@ -162,9 +162,9 @@ def allreduce_ring_pipelined(
     Here the chunk arrives one segment at a time, in turn into two buffers
     small enough to stay in the CPU's cache; segment ``i + 1`` is in flight
     while segment ``i`` is being added. Same result, bit for bit, as the ring.
-    The default, ``2**20`` elements, was the fastest of ``2**12`` .. ``2**22``
-    for 64 MB on two processes of a 2-core CPU; chapter 3 prints the sweep
-    (``companion.bench.allreduce.segment_sweep``) of the machine it runs on.
+    The default, ``2**20`` elements: fastest of ``2**12``..``2**22`` in 3 of 4
+    runs at 64 MB on two processes of a 2-core CPU (``2**18`` in the fourth);
+    chapter 3 prints the sweep (``companion.bench.allreduce.segment_sweep``).
     """
     flat, rank, world = _flat(tensor), dist.get_rank(), dist.get_world_size()
     if world == 1:
