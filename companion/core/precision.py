@@ -24,6 +24,8 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
+from .devices import model_device
+
 __all__ = [
     "strict_fp32",
     "round_to_tf32",
@@ -191,6 +193,11 @@ class MathMode:
         scale = precision == "fp16"
         self.scaler = torch.amp.GradScaler(device.type) if scale else None
 
+    @property
+    def plain(self) -> bool:
+        """fp32 in the default layout: ``train_step`` computes exactly this."""
+        return self.precision == "fp32" and not self.channels_last
+
     def __repr__(self) -> str:
         layout = ", channels_last" if self.channels_last else ""
         return f"{self.precision}{layout}"
@@ -209,7 +216,7 @@ class MathMode:
 def amp_train_step(net, X, y, loss_fn, optimizer, mode: MathMode) -> torch.Tensor:
     """``train_step`` in ``mode``: forward and loss under autocast; fp16 scales the loss."""
     optimizer.zero_grad(set_to_none=True)
-    device = next(net.parameters()).device
+    device = model_device(net)
     with mode.autocast():
         y_hat = net(mode.layout(X.to(device, non_blocking=True)))
         loss = loss_fn(y_hat, y.to(y_hat.device, non_blocking=True))

@@ -199,7 +199,7 @@ def train(
     on except in the ``ci`` profile, so committed notebook outputs stay clean.
     """
     check_training(epochs, lr, train_iter, test_iter)
-    profile = profile if isinstance(profile, Profile) else get_profile(profile)
+    profile = get_profile(profile)
     device = torch.device(device) if device is not None else model_device(net)
     precision = profile.precision if precision is None else precision
     channels_last = profile.channels_last if channels_last is None else channels_last
@@ -207,7 +207,7 @@ def train(
     net.to(device)
     if channels_last:
         net.to(memory_format=torch.channels_last)
-    step = train_step if str(mode) == "fp32" else partial(amp_train_step, mode=mode)
+    step = train_step if mode.plain else partial(amp_train_step, mode=mode)
     loss_fn = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(net.parameters(), lr=lr)
     if warmup_steps:
@@ -284,7 +284,7 @@ def sgd_steps(net: nn.Module, batches: Iterable, lr: float, steps: int) -> torch
     check_lr(lr)
     check_int(steps, "steps", 0)
     loss_fn, optimizer = nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=lr)
-    device = next(net.parameters()).device
+    device = model_device(net)
     for _, (X, y) in zip(range(steps), batches):
         train_step(net, X.to(device), y.to(device), loss_fn, optimizer)
     return flat_params(net)

@@ -35,7 +35,7 @@ from torch.utils.data.distributed import DistributedSampler
 from ..core.batches import rank_batch_size
 from ..core.checks import check_not_empty
 from ..core.data import Data
-from ..core.devices import hardware_label
+from ..core.devices import hardware_label, model_device
 from ..core.models import get_model
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
@@ -112,7 +112,7 @@ def run_epoch(
     The sums stay on the device (no synchronisation per step); ``max_steps``
     ends the pass early; ``step`` is ``train_step`` or a mixed-precision step.
     """
-    device = next(net.parameters()).device
+    device = model_device(net)
     totals, steps = torch.zeros(2, dtype=torch.float64, device=device), 0
     for X, y in train_iter:
         totals[0] += step(net, X, y, loss_fn, optimizer) * len(y)
@@ -153,7 +153,7 @@ def train_ddp(data: Data, profile: Profile | str | None = None, **options) -> DD
         cfg.channels_last,
     )
     mode = MathMode(cfg.precision, device, cfg.channels_last)
-    step = train_step if str(mode) == "fp32" else partial(amp_train_step, mode=mode)
+    step = train_step if mode.plain else partial(amp_train_step, mode=mode)
     buffers = track_buffers(net)  # as DDP broadcast them: see check_replicas_in_sync
     loss_fn, optimizer = nn.CrossEntropyLoss(), torch.optim.SGD(
         net.parameters(), lr=cfg.lr

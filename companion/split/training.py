@@ -43,7 +43,7 @@ def train(
     At the end ``net`` holds replica 0's parameters and buffers.
     """
     check_training(epochs, lr, train_iter, test_iter)
-    profile = profile if isinstance(profile, Profile) else get_profile(profile)
+    profile = get_profile(profile)
     devices = [torch.device(d) for d in devices]
     net.train()
     if warmup_steps:
