@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from ..core.checks import check_int
+from .trace import note
 
 __all__ = [
     "sendrecv",
@@ -41,7 +42,6 @@ __all__ = [
     "chunk_bounds",
     "ALLREDUCES",
     "HAND_WRITTEN",
-    "check_allreduce",
 ]
 
 
@@ -55,23 +55,34 @@ def _flat(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.view(-1)
 
 
-def allreduce_naive(tensor: torch.Tensor) -> torch.Tensor:
+def allreduce_naive(tensor: torch.Tensor, trace: list | None = None) -> torch.Tensor:
     """Sum across ranks in place: all send to rank 0, which adds and sends back.
 
     Rank 0 receives ``p - 1`` messages, then sends ``p - 1``: its link carries
     everything, one message after another, while the other links sit idle.
+    With a list as ``trace``, each message is recorded in it
+    (:mod:`companion.collectives.trace`; step ``s`` is rank 0's ``s``-th message).
     """
     flat, rank, world = _flat(tensor), dist.get_rank(), dist.get_world_size()
+    whole = (0, flat.numel())
     if rank == 0:
         buf = torch.empty_like(flat)
         for src in range(1, world):  # reduce: rank 0 accumulates, in rank order
             dist.recv(buf, src=src)
             flat += buf
+            if trace is not None:
+                note(trace, src - 1, "reduce", flat, src=src, received=whole)
         for dst in range(1, world):  # broadcast: everyone gets the same sum
             dist.send(flat, dst=dst)
+            if trace is not None:
+                note(trace, world - 2 + dst, "broadcast", flat, to=dst, sent=whole)
     else:
         dist.send(flat, dst=0)
+        if trace is not None:
+            note(trace, rank - 1, "reduce", flat, to=0, sent=whole)
         dist.recv(flat, src=0)
+        if trace is not None:
+            note(trace, world - 2 + rank, "broadcast", flat, src=0, received=whole)
     return tensor
 
 
@@ -127,13 +138,14 @@ def allreduce_ring(tensor: torch.Tensor, trace: list | None = None) -> torch.Ten
     chunks travel round the ring, overwriting the partial ones. Every link
     is busy in every step, and each rank sends ``2 (p - 1) / p`` of the
     tensor in all, whatever ``p``. Empty chunks (fewer elements than ranks)
-    are skipped by both neighbours. With a list as ``trace``, a copy of the
-    tensor is appended to it after every step (chapter 3 prints them).
+    are skipped by both neighbours. With a list as ``trace``, every step is
+    recorded in it (:mod:`companion.collectives.trace`; chapter 3 draws them).
     """
     flat, rank, world = _flat(tensor), dist.get_rank(), dist.get_world_size()
     if world == 1:
         return tensor
-    chunks = [flat[a:b] for a, b in chunk_bounds(flat.numel(), world)]
+    bounds = chunk_bounds(flat.numel(), world)
+    chunks = [flat[a:b] for a, b in bounds]
     right, left = (rank + 1) % world, (rank - 1) % world
     buf = torch.empty_like(chunks[0])  # chunk 0 is the longest
     for step in range(world - 1):  # reduce-scatter
@@ -142,12 +154,14 @@ def allreduce_ring(tensor: torch.Tensor, trace: list | None = None) -> torch.Ten
         sendrecv(chunks[send_idx], right, incoming, left)
         chunks[recv_idx] += incoming
         if trace is not None:
-            trace.append(flat.clone())
+            i, j = bounds[send_idx], bounds[recv_idx]
+            note(trace, step, "reduce-scatter", flat, right, i, left, j)
     for step in range(world - 1):  # all-gather: complete chunks replace partial ones
         send_idx, recv_idx = (rank + 1 - step) % world, (rank - step) % world
         sendrecv(chunks[send_idx], right, chunks[recv_idx], left)
         if trace is not None:
-            trace.append(flat.clone())
+            i, j = bounds[send_idx], bounds[recv_idx]
+            note(trace, world - 1 + step, "all-gather", flat, right, i, left, j)
     return tensor
 
 
@@ -198,7 +212,9 @@ def _add_when_received(requests: list, part: torch.Tensor, buf: torch.Tensor) ->
     part += buf
 
 
-def allreduce_recursive_doubling(tensor: torch.Tensor) -> torch.Tensor:
+def allreduce_recursive_doubling(
+    tensor: torch.Tensor, trace: list | None = None
+) -> torch.Tensor:
     """Sum across ranks in place by recursive doubling: ``log2 p`` pairwise swaps.
 
     In step ``k`` each rank swaps its whole tensor with the rank whose number
@@ -210,26 +226,40 @@ def allreduce_recursive_doubling(tensor: torch.Tensor) -> torch.Tensor:
     Any world size works: when ``p`` is not a power of two, the ``p - q``
     ranks above the largest power of two ``q`` first hand their tensor to a
     partner below ``q`` and receive the result at the end, two extra steps.
+    With a list as ``trace``, every step is recorded in it
+    (:mod:`companion.collectives.trace`).
     """
     flat, rank, world = _flat(tensor), dist.get_rank(), dist.get_world_size()
     q = 1 << (world.bit_length() - 1)  # largest power of two <= world
-    buf = torch.empty_like(flat)
+    buf, whole, extra = torch.empty_like(flat), (0, flat.numel()), int(world > q)
     if rank >= q:  # fold in: the extra ranks hand over their tensor ...
         dist.send(flat, dst=rank - q)
+        if trace is not None:
+            note(trace, 0, "fold in", flat, to=rank - q, sent=whole)
     elif rank + q < world:
         dist.recv(buf, src=rank + q)
         flat += buf
+        if trace is not None:
+            note(trace, 0, "fold in", flat, src=rank + q, received=whole)
     if rank < q:
         mask = 1
         while mask < q:
             partner = rank ^ mask
             sendrecv(flat, partner, buf, partner)  # a swap
             flat += buf  # a + b == b + a: both partners hold the same bits
+            if trace is not None:
+                step = extra + mask.bit_length() - 1
+                note(trace, step, "swap", flat, partner, whole, partner, whole)
             mask <<= 1
+    last = extra + q.bit_length() - 1  # the step number of the fold out
     if rank >= q:  # ... and get the sum back
         dist.recv(flat, src=rank - q)
+        if trace is not None:
+            note(trace, last, "fold out", flat, src=rank - q, received=whole)
     elif rank + q < world:
         dist.send(flat, dst=rank + q)
+        if trace is not None:
+            note(trace, last, "fold out", flat, to=rank + q, sent=whole)
     return tensor
 
 
@@ -256,45 +286,3 @@ def allreduce_mean(
     allreduce(tensor)
     tensor /= dist.get_world_size()
     return tensor
-
-
-def check_allreduce(
-    rank: int,
-    world_size: int,
-    numels=(1, 7, 1_000_003),
-    dtypes=(torch.float32, torch.float64),
-    seed: int = 0,
-    algorithms: dict[str, Callable] | None = None,
-) -> list[tuple]:
-    """Worker: each hand-written all-reduce against ``dist.all_reduce``; raises if off.
-
-    For each size and dtype, two inputs that differ on every rank: random
-    normal values (compared with ``assert_close``: the order of additions
-    differs between algorithms) and small integers stored as floats (sums
-    are exact, so the results must be *equal*; a chunk lost or counted twice
-    cannot hide). ``algorithms`` defaults to :data:`HAND_WRITTEN`. Returns
-    rows ``(algorithm, numel, dtype, max |difference|)`` for the random inputs.
-    """
-    algorithms = algorithms or {name: ALLREDUCES[name] for name in HAND_WRITTEN}
-    rows, g = [], torch.Generator().manual_seed(seed + 1000 * rank)
-    device = torch.device(f"cuda:{rank}" if dist.get_backend() == "nccl" else "cpu")
-    for numel in numels:
-        for dtype in dtypes:
-            noise = torch.randn(numel, generator=g, dtype=dtype).to(device)
-            integers = torch.randint(-1000, 1000, (numel,), generator=g)
-            integers = integers.to(device, dtype)
-            want_noise = allreduce_torch(noise.clone())
-            want_integers = allreduce_torch(integers.clone())
-            for name, allreduce in algorithms.items():
-                case = f"{name}, {numel} x {dtype}"
-                got = allreduce(noise.clone())
-                torch.testing.assert_close(
-                    got, want_noise, msg=lambda m: f"{case}: {m}"
-                )
-                if not torch.equal(allreduce(integers.clone()), want_integers):
-                    raise AssertionError(
-                        f"{case}: integer sums differ from dist.all_reduce"
-                    )
-                diff = float((got - want_noise).abs().max()) if numel else 0.0
-                rows.append((name, numel, str(dtype).replace("torch.", ""), diff))
-    return rows

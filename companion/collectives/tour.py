@@ -17,9 +17,21 @@ import torch
 import torch.distributed as dist
 
 from ..runtime.group import rank_device
-from .allreduce import allreduce_ring
+from .allreduce import ALLREDUCES
+from .trace import Step
 
-__all__ = ["whoami", "point_to_point", "collectives", "ring_trace", "faulty"]
+__all__ = [
+    "whoami",
+    "point_to_point",
+    "collectives",
+    "ring_trace",
+    "trace_allreduce",
+    "TRACED",
+    "faulty",
+]
+
+# The all-reduces that take a ``trace`` list.
+TRACED = ("naive", "ring", "recursive doubling")
 
 
 def whoami(rank: int, world_size: int) -> dict:
@@ -117,11 +129,23 @@ def ring_trace(rank: int, world_size: int) -> list[list[float]]:
     tells which ranks have contributed to it: ``11`` is ranks 0 and 1, and
     ``111`` is complete on three ranks.
     """
+    return [list(s.after) for s in trace_allreduce(rank, world_size, "ring")]
+
+
+def trace_allreduce(rank: int, world_size: int, algorithm: str = "ring") -> list[Step]:
+    """Worker: ``algorithm`` run on ``[1, 2, 3, ...] * 10**rank``, recorded step by step.
+
+    Returns this rank's :class:`~companion.collectives.trace.Step` records,
+    headed by its starting tensor (step ``-1``, phase ``"start"``).
+    ``algorithm`` is one of :data:`TRACED`.
+    """
+    if algorithm not in TRACED:
+        raise ValueError(f"cannot trace {algorithm!r}; choose from {list(TRACED)}")
     x = torch.arange(1, world_size + 1, dtype=torch.float64, device=rank_device())
     x *= 10.0**rank
-    trace = [x.clone()]
-    allreduce_ring(x, trace=trace)
-    return [t.tolist() for t in trace]
+    steps = [Step(-1, "start", rank, None, None, None, None, tuple(x.tolist()))]
+    ALLREDUCES[algorithm](x, trace=steps)
+    return steps
 
 
 def faulty(
