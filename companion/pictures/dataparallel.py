@@ -121,7 +121,7 @@ def _box(ax, x: float, y: float, h: float, text: str, color: str) -> None:
             edgecolor=color,
         )
     )
-    ax.text(x, y, text, ha="center", va="center", fontsize=7.5)
+    ax.text(x, y, text, ha="center", va="center", fontsize=8)
 
 
 def draw_forward(trace: ForwardTrace, title: str | None = None):
@@ -190,7 +190,16 @@ def draw_forward(trace: ForwardTrace, title: str | None = None):
     )
     clock.invert_yaxis()
     clock.set_xlim(0, total * ms * 1.02)
-    clock.legend(fontsize=7, ncol=4, loc="lower right", title="calling thread", title_fontsize=7)
+    clock.legend(
+        fontsize=7,
+        ncol=4,
+        loc="lower left",
+        bbox_to_anchor=(0, 1.0),
+        frameon=False,
+        title="the calling thread's steps:",
+        title_fontsize=7,
+        alignment="left",
+    )
     clock.set_xlabel("milliseconds since the forward call began (measured in this run)")
     clock.grid(axis="x", alpha=0.3)
     fig.suptitle(title or "one forward call of DataParallelByHand", fontsize=10)
