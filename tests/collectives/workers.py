@@ -22,3 +22,10 @@ def traced_equals_untraced(rank: int, world_size: int, numels=(0, 1, 7, 1001)) -
             traced = allreduce(x.clone(), trace=steps)
             rows.append((name, numel, torch.equal(plain, traced), len(steps), default is None))
     return rows
+
+
+def off_by_one_allreduce(tensor: torch.Tensor) -> torch.Tensor:
+    """A wrong all-reduce (the ring's sum plus one), for check_allreduce to catch."""
+    ALLREDUCES["ring"](tensor)
+    tensor += 1
+    return tensor
