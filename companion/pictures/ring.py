@@ -137,6 +137,9 @@ def _note(ax, s: Step, x0: float, y: float) -> None:
 def draw_allreduce(traces: Sequence[Sequence[Step]], title: str | None = None):
     """The recorded all-reduce as a grid: rows are steps, each rank a block of boxes.
 
+    ``traces`` comes from :func:`record_allreduce` (the shades decode its
+    starting values with :func:`contributors`).
+
     Box ``i`` of a rank is element ``i`` of its tensor after the step, its
     value written in it and its shade the number of ranks summed into it
     (darkest: all of them, the final result). A red dashed edge marks what
