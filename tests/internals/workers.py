@@ -1,0 +1,124 @@
+"""Workers for the chapter-6 tests (importable by the launcher's fork server as
+``tests.internals.workers``): a model with tied, frozen and unused parameters and a buffer,
+and one worker that trains it with every variant, evenly and unevenly split."""
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from companion.core import set_seed
+from companion.ddp import UnusedParameters
+from companion.internals import accumulation_step, finish, wrap
+
+LR = 0.1
+
+
+class Quirky(nn.Module):
+    """A small MLP with a tied weight (``body`` = ``head``), a frozen layer, a buffer and,
+    with ``unused=True``, a parameter that forward never touches."""
+
+    def __init__(self, unused: bool = True):
+        super().__init__()
+        self.embed = nn.Linear(784, 16)
+        self.body = nn.Linear(16, 16)
+        self.frozen = nn.Linear(16, 16).requires_grad_(False)
+        self.head = nn.Linear(16, 16, bias=False)
+        self.head.weight = self.body.weight  # tied: one parameter, two uses
+        self.out = nn.Linear(16, 10)
+        if unused:
+            self.unused = nn.Parameter(torch.ones(5))
+        self.register_buffer("scale", torch.tensor(0.5))
+
+    def forward(self, X):
+        h = F.relu(self.embed(X.flatten(1)))
+        h = F.relu(self.frozen(F.relu(self.body(h)))) * self.scale
+        return self.out(F.relu(self.head(h)))
+
+
+def quirky(unused: bool = True, seed: int = 0) -> Quirky:
+    set_seed(seed)
+    return Quirky(unused)
+
+
+def grads_of(net):
+    return [None if p.grad is None else p.grad.clone() for p in net.parameters()]
+
+
+def params_of(net):
+    return [p.detach().clone() for p in net.parameters()]
+
+
+def shares(n: int, world_size: int, uneven: bool) -> list[int]:
+    """Sample counts per rank adding up to ``n``: equal, or 1, 2, 3, ... parts."""
+    if not uneven:
+        return [n // world_size] * world_size
+    weights = list(range(1, world_size + 1))
+    sizes = [n * w // sum(weights) for w in weights]
+    sizes[-1] += n - sum(sizes)
+    return sizes
+
+
+def train_variant(rank, world_size, variant, batches, uneven, unused=True, **options):
+    """Steps on this rank's share of each global batch: (first step's grads, final params)."""
+    net = wrap(quirky(unused, seed=rank), variant, **options)  # rank 0's copy is broadcast
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
+    first = None
+    for X, y in batches:
+        sizes = shares(len(y), world_size, uneven)
+        start = sum(sizes[:rank])
+        X, y = X[start:start + sizes[rank]], y[start:start + sizes[rank]]
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(net(X), y).backward()
+        finish(net)
+        first = grads_of(net) if first is None else first
+        opt.step()
+    return first, params_of(net)
+
+
+def every_variant(rank, world_size, batches, micro_batches):
+    """Everything the equivalence tests compare, from one launch per world size."""
+    out = {}
+    for uneven in (False, True):
+        weigh = {"weigh_by_samples": uneven}
+        out["NaiveDDP", uneven] = train_variant(rank, world_size, "NaiveDDP", batches, uneven, **weigh)
+        out["HookedDDP", uneven] = train_variant(rank, world_size, "HookedDDP", batches, uneven, False, **weigh)
+        for cap in (25.0, 0.001):
+            out["BucketedDDP", cap, uneven] = train_variant(
+                rank, world_size, "BucketedDDP", batches, uneven, bucket_cap_mb=cap,
+                find_unused_parameters=True, **weigh)
+    for unused in (True, False):
+        out["torch DDP", unused] = train_variant(rank, world_size, "torch DDP", batches, False, unused,
+                                                 find_unused_parameters=unused)
+    out["errors"] = unused_errors(rank, world_size, batches[0])
+    out["accumulation"] = accumulate(rank, world_size, batches, micro_batches)
+    return out
+
+
+def unused_errors(rank, world_size, batch):
+    """The messages HookedDDP and BucketedDDP (without find_unused_parameters) raise."""
+    X, y = batch
+    messages = {}
+    for variant in ("HookedDDP", "BucketedDDP"):
+        net = wrap(quirky(), variant, bucket_cap_mb=0.001)
+        F.cross_entropy(net(X), y).backward()
+        try:
+            finish(net)
+            messages[variant] = ""
+        except UnusedParameters as err:
+            messages[variant] = str(err)
+    return messages
+
+
+def accumulate(rank, world_size, batches, micro_batches):
+    """Accumulation over micro-batches with and without no_sync: params and all-reduce counts."""
+    out = {}
+    for variant, no_sync in (("BucketedDDP", True), ("BucketedDDP", False), ("HookedDDP", True),
+                             ("NaiveDDP", True), ("torch DDP", True)):
+        net = wrap(quirky(False), variant, bucket_cap_mb=0.001)
+        opt = torch.optim.SGD(net.parameters(), lr=LR)
+        per_rank = len(batches[0][1]) // world_size
+        for X, y in batches:
+            X, y = X[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
+            accumulation_step(net, X, y, nn.CrossEntropyLoss(), opt, micro_batches, no_sync)
+        buckets = len(net.buckets) if variant == "BucketedDDP" else None
+        out[variant, no_sync] = (params_of(net), getattr(net, "allreduces", None), buckets)
+    return out
