@@ -6,9 +6,9 @@ One all-reduce per parameter pays the latency ``alpha`` of chapter 3's cost
 model once per tensor. Buckets pay it once per bucket:
 
 * :func:`assign_buckets` groups the parameters in *reverse* registration
-  order (about the order backward finishes them) into buckets of at most
-  ``bucket_cap_mb`` MiB; a parameter larger than the cap gets a bucket of
-  its own;
+  order (about the order backward finishes them) into buckets of about
+  ``bucket_cap_mb`` MiB, closing a bucket once it reaches the cap, as
+  torch's DDP does;
 * each bucket owns one flat buffer; a gradient hook copies (and scales) its
   gradient into the bucket's slice, and when the last slot of a bucket is
   filled the bucket's one asynchronous all-reduce starts;
@@ -50,20 +50,23 @@ __all__ = ["assign_buckets", "Bucket", "BucketedDDP"]
 def assign_buckets(params: Sequence[torch.Tensor], bucket_cap_mb: float) -> list[list[int]]:
     """Indices of ``params`` grouped into buckets, last parameter first.
 
-    A bucket closes before a parameter that would take it past
-    ``bucket_cap_mb`` MiB (or that has another dtype or device), so every
-    bucket but one holding a single large parameter fits in the cap.
+    Torch's rule: a parameter joins the open bucket, and the bucket closes as
+    soon as it holds ``bucket_cap_mb`` MiB or more, so a bucket exceeds the
+    cap by at most its last parameter (a parameter larger than the cap closes
+    the bucket it joins). A parameter of another dtype or device than the
+    open bucket's starts a new one: a flat buffer has one of each.
     """
     check_positive(bucket_cap_mb, "bucket_cap_mb", "give the bucket size in MiB, e.g. 25")
-    cap, buckets, size = bucket_cap_mb * 2**20, [], 0
+    cap, buckets, size, open_ = bucket_cap_mb * 2**20, [], 0, False
     for i in reversed(range(len(params))):
-        p, nbytes = params[i], params[i].numel() * params[i].element_size()
+        p = params[i]
         last = params[buckets[-1][-1]] if buckets else None
-        if not buckets or size + nbytes > cap or (p.dtype, p.device) != (last.dtype, last.device):
+        if not open_ or (p.dtype, p.device) != (last.dtype, last.device):
             buckets.append([])
-            size = 0
+            size, open_ = 0, True
         buckets[-1].append(i)
-        size += nbytes
+        size += p.numel() * p.element_size()
+        open_ = size < cap
     return buckets
 
 

@@ -10,6 +10,7 @@ from companion.ddp import UnusedParameters
 from companion.internals import accumulation_step, finish, wrap
 
 LR = 0.1
+STEPS, GLOBAL, MICRO = 3, 24, 3  # steps, global batch, micro-batches of the shared runs
 
 
 class Quirky(nn.Module):
@@ -122,3 +123,48 @@ def accumulate(rank, world_size, batches, micro_batches):
         buckets = len(net.buckets) if variant == "BucketedDDP" else None
         out[variant, no_sync] = (params_of(net), getattr(net, "allreduces", None), buckets)
     return out
+
+
+# The single-process side of the comparisons (run in the test process).
+
+def global_batches():
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(GLOBAL, 1, 28, 28, generator=g), torch.randint(0, 10, (GLOBAL,), generator=g))
+            for _ in range(STEPS)]
+
+
+def reference(batches, unused=True):
+    """One process, one model, a plain SGD step on each whole global batch."""
+    net = quirky(unused)
+    opt = torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=LR)
+    first = None
+    for X, y in batches:
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(net(X), y).backward()
+        first = grads_of(net) if first is None else first
+        opt.step()
+    return first, params_of(net)
+
+
+def assert_same(got, expected):
+    for a, b in zip(got, expected, strict=True):
+        if b is None:
+            assert a is None, "a parameter that nobody used got a gradient"
+        else:
+            torch.testing.assert_close(a, b)
+
+
+def assert_replicas_equal_reference(results, key, want) -> None:
+    """Every rank's first-step gradients and final parameters of run ``key`` equal ``want``."""
+    for out in results:
+        grads, params = out[key]
+        assert_same(grads, want[0])  # the first step's averaged gradients
+        assert_same(params, want[1])  # the parameters after the last step
+        assert_same(params, results[0][key][1])  # and the replicas are identical
+
+
+def train_several(rank, world_size, data, runs):
+    """:func:`companion.internals.train_internals` once per dict of options in ``runs``."""
+    from companion.internals import train_internals
+
+    return [train_internals(data, "ci", **options) for options in runs]
