@@ -13,7 +13,6 @@ all-reduces timed in the same run.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch

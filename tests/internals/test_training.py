@@ -37,7 +37,7 @@ def test_every_variant_trains_like_one_process_on_the_global_batches(small):
                                    model="lenet")
     for i, run in enumerate(RUNS):
         for rank in (0, 1):
-            torch.testing.assert_close(results[rank][i].params, expected, msg=lambda m: f"{run}: {m}")
+            torch.testing.assert_close(results[rank][i].params, expected, msg=lambda m, run=run: f"{run}: {m}")
         records = results[0][i].records
         assert [(r.method, r.n_devices, r.epoch) for r in records] == [(run["variant"], 2, 1),
                                                                          (run["variant"], 2, 2)]
