@@ -36,6 +36,7 @@ from ..runtime.group import rank_device
 from .buckets import BucketedDDP
 from .hooks import HookedDDP
 from .naive import NaiveDDP
+from .sweep import get_bench_model
 
 __all__ = [
     "VARIANTS",
@@ -45,6 +46,7 @@ __all__ = [
     "InternalsResult",
     "train_internals",
     "internals_worker",
+    "time_accumulation",
 ]
 
 VARIANTS = ("NaiveDDP", "HookedDDP", "BucketedDDP", "torch DDP")
@@ -187,3 +189,45 @@ def internals_worker(
 ) -> InternalsResult:
     """:func:`train_internals` as a worker of :func:`~companion.runtime.launcher.launch`."""
     return train_internals(data, profile, **options)
+
+
+def time_accumulation(
+    rank: int,
+    world_size: int,
+    model: str = "lenet",
+    batch: int = 64,
+    micro_batches: int = 4,
+    steps: int = 10,
+    bucket_cap_mb: float = 25.0,
+) -> dict[bool, tuple[float, float]]:
+    """Worker: ``{no_sync: (seconds per step, all-reduces per step)}`` for BucketedDDP.
+
+    ``model`` is ``"mlp"`` or a name of ``companion.core.MODELS``.
+
+    Each step accumulates ``micro_batches`` slices of one random batch of
+    ``batch`` samples per rank. Both ways run in alternation, after a warm-up;
+    a step's time is the slowest rank's median.
+    """
+    device = rank_device()
+    X = torch.randn(batch, 1, 28, 28, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+    runs = {}
+    for no_sync in (True, False):
+        set_seed(0)
+        net = wrap(get_bench_model(model).to(device), "BucketedDDP", bucket_cap_mb)
+        runs[no_sync] = (net, torch.optim.SGD(net.parameters(), lr=0.01))
+    times = torch.zeros(steps, 2, dtype=torch.float64)
+    for i in range(-2, steps):  # two untimed steps first
+        for j, (no_sync, (net, opt)) in enumerate(runs.items()):
+            dist.barrier()
+            with Timer(device) as timer:
+                accumulation_step(net, X, y, nn.CrossEntropyLoss(), opt, micro_batches, no_sync)
+            if i >= 0:
+                times[i, j] = timer.seconds
+    times = times.to(device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    medians = times.cpu().median(dim=0).values.tolist()
+    return {
+        no_sync: (medians[j], net.allreduces / (steps + 2))
+        for j, (no_sync, (net, _)) in enumerate(runs.items())
+    }

@@ -1,43 +1,22 @@
 """Workers for the chapter-6 tests (importable by the launcher's fork server as
-``tests.internals.workers``): a model with tied, frozen and unused parameters and a buffer,
-and one worker that trains it with every variant, evenly and unevenly split."""
+``tests.internals.workers``): one worker that trains the chapter's model with tied, frozen
+and unused parameters and a buffer with every variant, evenly and unevenly split."""
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from companion.core import set_seed
 from companion.ddp import UnusedParameters
-from companion.internals import accumulation_step, finish, wrap
+from companion.internals import TiedFrozenUnused, accumulation_step, finish, wrap
 
 LR = 0.1
 STEPS, GLOBAL, MICRO = 3, 24, 3  # steps, global batch, micro-batches of the shared runs
 
 
-class Quirky(nn.Module):
-    """A small MLP with a tied weight (``body`` = ``head``), a frozen layer, a buffer and,
-    with ``unused=True``, a parameter that forward never touches."""
-
-    def __init__(self, unused: bool = True):
-        super().__init__()
-        self.embed = nn.Linear(784, 16)
-        self.body = nn.Linear(16, 16)
-        self.frozen = nn.Linear(16, 16).requires_grad_(False)
-        self.head = nn.Linear(16, 16, bias=False)
-        self.head.weight = self.body.weight  # tied: one parameter, two uses
-        self.out = nn.Linear(16, 10)
-        if unused:
-            self.unused = nn.Parameter(torch.ones(5))
-        self.register_buffer("scale", torch.tensor(0.5))
-
-    def forward(self, X):
-        h = F.relu(self.embed(X.flatten(1)))
-        h = F.relu(self.frozen(F.relu(self.body(h)))) * self.scale
-        return self.out(F.relu(self.head(h)))
-
-
-def quirky(unused: bool = True, seed: int = 0) -> Quirky:
+def quirky(unused: bool = True, seed: int = 0) -> TiedFrozenUnused:
+    """The chapter's model with tied, frozen (and unused) parameters and a buffer, seeded."""
     set_seed(seed)
-    return Quirky(unused)
+    return TiedFrozenUnused(unused)
 
 
 def grads_of(net):
