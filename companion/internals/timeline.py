@@ -93,17 +93,20 @@ def plot_timeline(timelines: dict[str, Sequence[Event]], title: str = ""):
     )
     colors = dict(zip(PHASES, ("C0", "C1", "C7", "C2")))
     for ax, (variant, events) in zip(axes[:, 0], timelines.items()):
-        comm = [(s, e) for label, s, e in events if label not in PHASES and " ready" not in label]
+        comm = sorted(
+            (s, e) for label, s, e in events if label not in PHASES and " ready" not in label
+        )
         for label, s, e in events:
             ms = (s * 1e3, (e - s) * 1e3)
             if label in PHASES:
                 ax.broken_barh([ms], (1.1, 0.8), color=colors[label], label=label)
             elif label.endswith(" ready"):
                 ax.plot([s * 1e3] * 2, [1.0, 1.95], color="k", lw=0.6)
+        lane = 0.8 / max(1, len(comm))  # one lane per all-reduce: concurrency shows
         for i, (s, e) in enumerate(comm):
             ax.broken_barh(
                 [(s * 1e3, (e - s) * 1e3)],
-                (0.1, 0.8),
+                (0.1 + i * lane, lane * 0.9),
                 color=f"C{3 + i % 2}",
                 label="all-reduce" if i == 0 else None,
             )
@@ -111,8 +114,9 @@ def plot_timeline(timelines: dict[str, Sequence[Event]], title: str = ""):
         ax.set_title(variant, fontsize=10, loc="left")
         ax.grid(axis="x", alpha=0.3)
     handles = {h.get_label(): h for ax in axes[:, 0] for h in ax.get_legend_handles_labels()[0]}
+    order = [k for k in (*PHASES, "all-reduce") if k in handles]
     fig.legend(
-        handles.values(), handles.keys(), loc="lower center", ncol=5, fontsize=8, frameon=False
+        [handles[k] for k in order], order, loc="lower center", ncol=5, fontsize=8, frameon=False
     )
     axes[-1, 0].set_xlabel("milliseconds from the start of the step (ticks: gradient ready)")
     fig.suptitle(title, fontsize=10)
