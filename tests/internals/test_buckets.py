@@ -57,19 +57,23 @@ def test_no_sync_accumulation_equals_one_big_batch_with_one_allreduce_per_bucket
         assert acc["NaiveDDP", True][1] == STEPS * tensors
 
 
-def test_bucket_assignment_reverses_the_order_and_closes_a_bucket_at_the_cap():
+def test_bucket_assignment_reverses_the_order_and_closes_a_bucket_at_the_cap(device):
     mib = 2**20 // 4  # float32 elements in one MiB
-    params = [torch.zeros(mib // 2), torch.zeros(mib // 4), torch.zeros(3 * mib),
-              torch.zeros(mib // 2), torch.zeros(mib // 2), torch.zeros(mib // 4)]
+
+    def zeros(*shape, dtype=torch.float32):
+        return torch.zeros(*shape, dtype=dtype, device=device)
+
+    params = [zeros(mib // 2), zeros(mib // 4), zeros(3 * mib),
+              zeros(mib // 2), zeros(mib // 2), zeros(mib // 4)]
     assert assign_buckets(params, 1.0) == [[5, 4, 3], [2], [1, 0]]  # closed once >= 1 MiB
     assert assign_buckets(params, 100.0) == [[5, 4, 3, 2, 1, 0]]
     assert assign_buckets(params, 0.1) == [[5], [4], [3], [2], [1], [0]]
-    big_last = [torch.zeros(3 * mib), torch.zeros(mib // 4)]
+    big_last = [zeros(3 * mib), zeros(mib // 4)]
     assert assign_buckets(big_last, 1.0) == [[1, 0]]  # a parameter above the cap closes its bucket
     for cap in (0.1, 1.0, 5.0):  # every bucket exceeds the cap by at most its last parameter
         for group in assign_buckets(params, cap):
             assert sum(params[i].numel() * 4 for i in group[:-1]) < cap * 2**20
-    mixed = [torch.zeros(4), torch.zeros(4, dtype=torch.float64), torch.zeros(4)]
+    mixed = [zeros(4), zeros(4, dtype=torch.float64), zeros(4)]
     assert assign_buckets(mixed, 25.0) == [[2], [1], [0]]  # one dtype per flat buffer
     for bad in (0, -1.0, float("nan")):
         with pytest.raises(ValueError, match="bucket_cap_mb"):
