@@ -17,6 +17,8 @@ that uses it. Lower floors never import higher ones (``tests/test_layout.py``):
   (``python -m companion.ddp``), ``sampling``, ``detectors``, ``mistakes``
 * ``pictures`` (chapters 2-5): figures drawn from recorded runs, ``split``,
   ``ring``, ``shards``, ``dataparallel``, ``sampler``
+* ``internals`` (chapter 6): ``naive``, ``hooks``, ``buckets``, ``care``,
+  ``training``, ``sweep``, ``timeline`` (DDP rebuilt step by step)
 * ``bench``: benchmarks, ``python -m companion.bench --help``
 
 Every subpackage re-exports its public names: ``from companion.split import

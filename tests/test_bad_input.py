@@ -13,6 +13,7 @@ import companion.collectives as col
 import companion.core as core
 import companion.dataparallel as dp
 import companion.ddp as ddp
+import companion.internals as ic
 import companion.runtime as rt
 import companion.split as split
 
@@ -62,7 +63,9 @@ BENCH_OPTIONS = [("allreduce", "--world-size"), ("allreduce", "--mb"), ("allredu
                  ("ddp", "--world-size"), ("ddp", "--global-batch"), ("ddp", "--rounds"),
                  ("ddp", "--steps"), ("launch", "--world-size"), ("launch", "--repeats"),
                  ("loop", "--rounds"), ("split", "--rounds"), ("split", "--steps"),
-                 ("split", "--devices")]
+                 ("split", "--devices"), ("internals", "--world-size"),
+                 ("internals", "--global-batch"), ("internals", "--rounds"), ("internals", "--steps"),
+                 ("internals", "--caps")]
 
 
 def bench_cli(name, option, value):
@@ -275,6 +278,23 @@ CASES = [
     ("ddp cli --lr 1e400", lambda t: ddp_cli("--lr", "1e400"), ValueError, r"argparse exited with 2"),
     ("ddp cli --checkpoint under a file", lambda t: ddp_cli("--checkpoint", str(write(t, "f", b"") / "m.pt")), ValueError, r"--checkpoint .*f is a file, not a directory"),
     ("ddp cli --log-dir under a file", lambda t: ddp_cli("--log-dir", str(write(t, "f", b"") / "logs")), ValueError, r"--log-dir .*f is a file, not a directory"),
+    # internals (chapter 6)
+    ("assign_buckets cap=0", lambda t: ic.assign_buckets([X], 0), ValueError, r"bucket_cap_mb must be a positive, finite number, got 0.*MiB"),
+    ("assign_buckets cap=nan", lambda t: ic.assign_buckets([X], NAN), ValueError, r"bucket_cap_mb must be a positive, finite number, got nan"),
+    ("NaiveDDP without a process group", lambda t: ic.NaiveDDP(net()), RuntimeError, r"NaiveDDP needs a process group.*launch"),
+    ("BucketedDDP not a model", lambda t: ic.BucketedDDP("net"), TypeError, r"module must be a torch\.nn\.Module"),
+    ("wrap unknown variant", lambda t: ic.wrap(net(), "apex DDP"), ValueError, r"unknown variant '.*'; choose one of"),
+    ("accumulation_step micro_batches=0", lambda t: ic.accumulation_step(net(), X, Y, torch.nn.CrossEntropyLoss(), torch.optim.SGD(net().parameters(), 0.1), 0), ValueError, r"micro_batches must be an integer >= 1, got 0"),
+    ("train_internals unknown variant", lambda t: ic.train_internals(TINY, "ci", "fastest"), ValueError, r"unknown variant '.*'; choose one of"),
+    ("train_internals empty training set", lambda t: ic.train_internals(EMPTY, "ci"), ValueError, r"data\.train is empty"),
+    ("mlp depth=0", lambda t: ic.mlp(depth=0), ValueError, r"depth must be an integer >= 1, got 0"),
+    ("get_bench_model unknown", lambda t: ic.get_bench_model("vgg"), ValueError, r"unknown model 'vgg'; choose mlp or one of"),
+    ("predict_step backward_s=0", lambda t: ic.predict_step([4], 0, 1e-5, 1e-9, 2), ValueError, r"backward_s must be a positive, finite number.*measured"),
+    ("predict_step no bytes", lambda t: ic.predict_step([], 0.1, 1e-5, 1e-9, 2), ValueError, r"the buckets hold no bytes"),
+    ("best_bucket_cap no caps", lambda t: ic.best_bucket_cap(net(), [], 0.1, 1e-5, 1e-9, 2), ValueError, r"give at least one bucket cap"),
+    ("record_step torch DDP", lambda t: ic.record_step(0, 1, "torch DDP"), ValueError, r"unknown variant '.*'; choose one of"),
+    ("overlap without backward", lambda t: ic.overlap([("bucket 0", 0.0, 1.0)]), ValueError, r"no 'backward' event"),
+    ("plot_timeline nothing", lambda t: ic.plot_timeline({}), ValueError, r"give at least one variant's events"),
     # bench: the functions and every numeric option of the benchmarks' command lines
     *[(f"bench {name} {option} {value}", lambda t, n=name, o=option, v=value: bench_cli(n, o, v),
        ValueError, r"argparse exited with 2")

@@ -1,0 +1,135 @@
+"""Step 1 of DDP from scratch: all-reduce every gradient after ``backward()``.
+
+Used in: chapter 6.
+
+:class:`NaiveDDP` is the wrapper that the later steps build on. Like
+``torch.nn.parallel.DistributedDataParallel`` it broadcasts rank 0's
+parameters and buffers once, so every replica starts equal; its forward
+pass runs the module and notes how many samples this rank saw. After
+``loss.backward()`` the training loop calls :meth:`NaiveDDP.finish`, which
+averages the gradients with chapter 3's ``average_gradients``: one
+all-reduce per parameter tensor, each one only after the whole backward
+pass. Nothing overlaps, and every tensor pays the per-message latency.
+
+Two things are shared by every step:
+
+* ``no_sync()``: inside it, forward passes are marked "do not
+  communicate", so the gradients of several micro-batches add up locally
+  and only the step after the ``with`` block averages them;
+* ``weigh_by_samples``: with ranks that see different numbers of samples,
+  each rank's mean gradient is weighed by its sample count (one extra,
+  one-number all-reduce per step) and the result is the gradient of the mean
+  loss over the global batch. Without it every rank counts equally, as in
+  torch's DDP. Under ``no_sync`` the accumulated gradient must be the mean
+  over this rank's samples since the last synchronised step (divide each
+  micro-batch's loss by the number of micro-batches when they are equal).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..collectives.partition import average_gradients
+from ..core.checks import check_module
+
+__all__ = ["broadcast_state", "trainable_parameters", "NaiveDDP"]
+
+
+def broadcast_state(net: nn.Module) -> None:
+    """Copy rank 0's parameters and buffers to every rank, in place."""
+    with torch.no_grad():
+        for tensor in [*net.parameters(), *net.buffers()]:
+            dist.broadcast(tensor, src=0)
+
+
+def trainable_parameters(net: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """``(name, parameter)`` of each parameter that needs a gradient, each once.
+
+    ``named_parameters`` already yields a tied (shared) parameter once, under
+    its first name; frozen ones (``requires_grad=False``) are left out: they
+    never get a gradient and are never communicated.
+    """
+    return [(name, p) for name, p in net.named_parameters() if p.requires_grad]
+
+
+class NaiveDDP(nn.Module):
+    """Data parallelism by hand: ``finish()`` all-reduces each gradient after backward.
+
+    Use it like DDP, plus one call: ``loss.backward(); net.finish();
+    optimizer.step()``. ``allreduces`` counts the gradient all-reduces made so
+    far (the one-number count of ``weigh_by_samples`` is not counted).
+    """
+
+    def __init__(self, module: nn.Module, weigh_by_samples: bool = False):
+        super().__init__()
+        check_module(module, "module")
+        _check_group(type(self).__name__)
+        self.module = module
+        self.weigh_by_samples = bool(weigh_by_samples)
+        self.allreduces = 0
+        self.timeline: list[tuple[str, float, float]] | None = None  # see .timeline
+        self._sync_enabled, self._sync, self._samples = True, True, 0
+        broadcast_state(module)
+
+    def forward(self, X: torch.Tensor, *args, **kwargs):
+        self._samples += len(X)
+        self._sync = self._sync_enabled  # decided now, as torch's DDP does
+        if self._sync:
+            self._prepare()
+        return self.module(X, *args, **kwargs)
+
+    @contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Forward passes inside the block leave their gradients local (accumulation)."""
+        self._sync_enabled = False
+        try:
+            yield
+        finally:
+            self._sync_enabled = True
+
+    def finish(self) -> None:
+        """After ``backward()``: average every gradient over the ranks (unless ``no_sync``)."""
+        if not self._sync:
+            return
+        n_local = self._samples if self.weigh_by_samples else None
+        start = time.perf_counter()
+        average_gradients(self.module, "dist.all_reduce", n_local=n_local)
+        self._record("average_gradients", start, time.perf_counter())
+        self.allreduces += sum(1 for p in self.module.parameters() if p.grad is not None)
+        self._samples = 0
+
+    def _record(self, label: str, start: float, end: float) -> None:
+        """With a ``timeline`` list: note that ``label`` ran from ``start`` to ``end``."""
+        if self.timeline is not None:
+            self.timeline.append((label, start, end))
+
+    def _record_work(self, label: str, work, start: float) -> None:
+        """Note an async all-reduce: its end is when its future completes."""
+        if self.timeline is not None:
+            work.get_future().then(lambda _: self._record(label, start, time.perf_counter()))
+
+    def _prepare(self) -> None:
+        """Called by a synchronised forward pass; the later steps set up their hooks' state."""
+
+    def _weight(self) -> float:
+        """What this rank's gradients are multiplied by before the sum over ranks."""
+        if not self.weigh_by_samples:
+            return 1.0 / dist.get_world_size()
+        device = next(self.module.parameters()).device  # nccl reduces GPU tensors only
+        total = torch.tensor([float(self._samples)], dtype=torch.float64, device=device)
+        dist.all_reduce(total)
+        return self._samples / float(total)
+
+
+def _check_group(name: str) -> None:
+    if not dist.is_initialized():
+        raise RuntimeError(
+            f"{name} needs a process group: create it inside a worker started by "
+            f"companion.runtime.launch (or torchrun), then wrap the model"
+        )

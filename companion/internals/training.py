@@ -1,0 +1,233 @@
+"""Training with the rebuilt DDPs: one step (with gradient accumulation) and whole epochs.
+
+Used in: chapter 6.
+
+:func:`wrap` wraps a model in one of the chapter's steps or in torch's own
+DDP, by name (:data:`VARIANTS`). :func:`accumulation_step` is one optimizer
+step over ``micro_batches`` slices of a minibatch, the first ones inside
+``no_sync()`` when asked; :func:`train_internals` trains whole epochs exactly
+as chapter 5's ``train_ddp`` does (``DistributedSampler``, a distributed
+evaluation, one :class:`~companion.core.results.Record` per epoch on rank 0),
+so the two can be compared line for line and with ``train_reference_ddp``.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from functools import partial
+from typing import NamedTuple
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data.distributed import DistributedSampler
+
+from ..core.checks import check_choice, check_int, check_not_empty
+from ..core.data import Data
+from ..core.devices import hardware_label
+from ..core.models import get_model
+from ..core.profiles import Profile, get_profile
+from ..core.results import Record
+from ..core.training import Timer, flat_params, set_seed, warm_up
+from ..ddp.config import DDPConfig
+from ..ddp.sampling import SampledLoader, evaluate_distributed
+from ..runtime.group import rank_device
+from .buckets import BucketedDDP
+from .hooks import HookedDDP
+from .naive import NaiveDDP
+from .sweep import get_bench_model
+
+__all__ = [
+    "VARIANTS",
+    "wrap",
+    "finish",
+    "accumulation_step",
+    "InternalsResult",
+    "train_internals",
+    "internals_worker",
+    "time_accumulation",
+]
+
+VARIANTS = ("NaiveDDP", "HookedDDP", "BucketedDDP", "torch DDP")
+
+
+def wrap(net: nn.Module, variant: str, bucket_cap_mb: float = 25.0, **options) -> nn.Module:
+    """``net`` wrapped in a variant of :data:`VARIANTS` (inside a process group).
+
+    ``bucket_cap_mb`` goes to the bucketed ones (``BucketedDDP``, torch's
+    DDP); ``options`` to the chapter's classes (``weigh_by_samples``, and
+    ``find_unused_parameters`` for ``BucketedDDP`` and torch's DDP).
+    """
+    check_choice(variant, "variant", VARIANTS)
+    if variant == "torch DDP":
+        device = next(net.parameters()).device
+        ids = [device] if device.type == "cuda" else None
+        return DDP(net, device_ids=ids, bucket_cap_mb=bucket_cap_mb, **options)
+    if variant == "BucketedDDP":
+        return BucketedDDP(net, bucket_cap_mb, **options)
+    return {"NaiveDDP": NaiveDDP, "HookedDDP": HookedDDP}[variant](net, **options)
+
+
+def finish(net: nn.Module) -> None:
+    """The chapter's wrappers finish their all-reduces here; torch's DDP has already."""
+    if hasattr(net, "finish"):
+        net.finish()
+
+
+def accumulation_step(
+    net: nn.Module,
+    X: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    micro_batches: int = 1,
+    no_sync: bool = True,
+) -> torch.Tensor:
+    """One step over ``micro_batches`` slices of ``(X, y)``; returns the mean loss.
+
+    Each slice's loss is weighed by its share of the samples, so the summed
+    gradients are those of the mean loss over ``X``. With ``no_sync`` the
+    first slices run inside ``net.no_sync()`` and only the last one
+    communicates; without it every slice all-reduces its gradients.
+    """
+    check_int(micro_batches, "micro_batches")
+    optimizer.zero_grad(set_to_none=True)
+    pieces = list(zip(X.tensor_split(micro_batches), y.tensor_split(micro_batches)))
+    total = torch.zeros((), device=X.device)
+    for i, (X_i, y_i) in enumerate(pieces):
+        local = no_sync and i < len(pieces) - 1
+        with net.no_sync() if local else nullcontext():
+            loss = loss_fn(net(X_i), y_i) * (len(y_i) / len(y))
+            loss.backward()
+        finish(net)
+        total += loss.detach()
+    optimizer.step()
+    return total
+
+
+class InternalsResult(NamedTuple):
+    """What :func:`train_internals` returns on each rank."""
+
+    records: list[Record]  # one per epoch on rank 0; [] on the other ranks
+    params: torch.Tensor  # the final parameters, flattened, on the CPU
+    allreduces: int  # gradient all-reduces this rank launched (None for torch's DDP)
+
+
+def train_internals(
+    data: Data,
+    profile: Profile | str | None = None,
+    variant: str = "BucketedDDP",
+    *,
+    bucket_cap_mb: float = 25.0,
+    micro_batches: int = 1,
+    no_sync: bool = True,
+    **options,
+) -> InternalsResult:
+    """Train with ``variant``; every rank of a process group calls it.
+
+    ``options`` are fields of chapter 5's
+    :class:`~companion.ddp.config.DDPConfig` (model, batch sizes, epochs, lr,
+    seed, max_steps). Same sampler, loader, evaluation and records as
+    ``train_ddp``; each step is :func:`accumulation_step`. Plain fp32.
+    """
+    check_choice(variant, "variant", VARIANTS)
+    check_not_empty(data.train, "data.train", "give training samples")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    cfg = DDPConfig(get_profile(profile).name, **options).resolve(world_size)
+    device = rank_device()
+    sampler = DistributedSampler(data.train, world_size, rank, seed=cfg.seed)
+    train_iter = SampledLoader(data.train, sampler, cfg.per_rank_batch, device)
+    set_seed(cfg.seed)
+    net = get_model(cfg.model).to(device)
+    warm_up(net, *next(iter(train_iter)), cfg.lr)  # on a copy: one-off costs untimed
+    net = wrap(net, variant, bucket_cap_mb)
+    loss_fn = nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(net.parameters(), lr=cfg.lr)
+    step = partial(accumulation_step, micro_batches=micro_batches, no_sync=no_sync)
+    record = partial(
+        Record,
+        variant,
+        world_size,
+        hardware=hardware_label(),
+        profile=cfg.profile,
+        model=cfg.model,
+        dataset=data.name,
+    )
+    records, steps = [], 0
+    for epoch in range(cfg.epochs):
+        sampler.set_epoch(epoch)
+        totals = torch.zeros(2, dtype=torch.float64, device=device)
+        dist.barrier()
+        with Timer(device) as timer:
+            for X, y in train_iter:
+                totals[0] += step(net, X, y, loss_fn, optimizer) * len(y)
+                totals[1] += len(y)
+                steps += 1
+                if steps == cfg.max_steps:
+                    break
+        dist.all_reduce(totals)
+        test_acc = evaluate_distributed(net.module, data.test, device)
+        if rank == 0:
+            loss_sum, n = totals.tolist()
+            records.append(
+                record(
+                    epoch=epoch + 1,
+                    test_acc=test_acc,
+                    sec_per_epoch=timer.seconds,
+                    samples_per_sec=n / timer.seconds,
+                    train_loss=loss_sum / n,
+                )
+            )
+        if steps == cfg.max_steps:
+            break
+    return InternalsResult(records, flat_params(net), getattr(net, "allreduces", None))
+
+
+def internals_worker(
+    rank: int, world_size: int, data: Data, profile: Profile | str | None = None, **options
+) -> InternalsResult:
+    """:func:`train_internals` as a worker of :func:`~companion.runtime.launcher.launch`."""
+    return train_internals(data, profile, **options)
+
+
+def time_accumulation(
+    rank: int,
+    world_size: int,
+    model: str = "lenet",
+    batch: int = 64,
+    micro_batches: int = 4,
+    steps: int = 10,
+    bucket_cap_mb: float = 25.0,
+) -> dict[bool, tuple[float, float]]:
+    """Worker: ``{no_sync: (seconds per step, all-reduces per step)}`` for BucketedDDP.
+
+    ``model`` is ``"mlp"`` or a name of ``companion.core.MODELS``.
+
+    Each step accumulates ``micro_batches`` slices of one random batch of
+    ``batch`` samples per rank. Both ways run in alternation, after a warm-up;
+    a step's time is the slowest rank's median.
+    """
+    device = rank_device()
+    X = torch.randn(batch, 1, 28, 28, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+    runs = {}
+    for no_sync in (True, False):
+        set_seed(0)
+        net = wrap(get_bench_model(model).to(device), "BucketedDDP", bucket_cap_mb)
+        runs[no_sync] = (net, torch.optim.SGD(net.parameters(), lr=0.01))
+    times = torch.zeros(steps, 2, dtype=torch.float64)
+    for i in range(-2, steps):  # two untimed steps first
+        for j, (no_sync, (net, opt)) in enumerate(runs.items()):
+            dist.barrier()
+            with Timer(device) as timer:
+                accumulation_step(net, X, y, nn.CrossEntropyLoss(), opt, micro_batches, no_sync)
+            if i >= 0:
+                times[i, j] = timer.seconds
+    times = times.to(device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    medians = times.cpu().median(dim=0).values.tolist()
+    return {
+        no_sync: (medians[j], net.allreduces / (steps + 2))
+        for j, (no_sync, (net, _)) in enumerate(runs.items())
+    }

@@ -1,0 +1,41 @@
+"""Step 1, all-reduce after backward: equals one process on the global batch (1, 2, 4 ranks,
+even and uneven shares); frozen and tied parameters; no_sync; a clear error without a group."""
+import pytest
+import torch
+
+from companion.internals import NaiveDDP, trainable_parameters
+
+from .workers import STEPS, MICRO, assert_replicas_equal_reference, assert_same, quirky, reference
+
+pytestmark = pytest.mark.ch6
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("uneven", [False, True])
+def test_naive_equals_one_process_on_the_global_batch(runs, world_size, uneven):
+    batches, results = runs
+    assert_replicas_equal_reference(results[world_size], ("NaiveDDP", uneven), reference(batches))
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_naive_accumulation_communicates_once_per_tensor_per_step(runs, world_size):
+    batches, results = runs
+    tensors = len(trainable_parameters(quirky(False)))
+    for out in results[world_size]:
+        params, allreduces, _ = out["accumulation"]["NaiveDDP", True]
+        assert_same(params, reference(batches, unused=False)[1])
+        assert allreduces == STEPS * tensors  # not STEPS * MICRO * tensors
+    assert MICRO > 1
+
+
+def test_trainable_parameters_leave_out_frozen_ones_and_count_tied_ones_once():
+    names = [name for name, _ in trainable_parameters(quirky())]
+    assert names == ["unused", "embed.weight", "embed.bias", "body.weight", "body.bias",
+                     "out.weight", "out.bias"]  # no frozen.*, no head.weight (it is body.weight)
+
+
+def test_wrapping_without_a_process_group_says_how_to_get_one():
+    with pytest.raises(RuntimeError, match="process group.*launch"):
+        NaiveDDP(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError):
+        NaiveDDP("not a model")

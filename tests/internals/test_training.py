@@ -1,0 +1,51 @@
+"""Whole epochs with each variant (and with accumulation) equal chapter 5's single-process
+reference on DDP's global batches; records; all-reduce counts."""
+import pytest
+import torch
+
+from companion.core import Data, ImageSet, load_data
+from companion.ddp import train_reference_ddp
+from companion.runtime import launch
+
+from .workers import train_several
+
+pytestmark = pytest.mark.ch6
+
+GLOBAL_BATCH, LR, STEPS = 48, 0.1, 15  # 601 samples: 13 steps per epoch, so epoch 2 starts
+RUNS = [
+    {"variant": "NaiveDDP"},
+    {"variant": "HookedDDP"},
+    {"variant": "BucketedDDP", "bucket_cap_mb": 0.05},
+    {"variant": "BucketedDDP", "micro_batches": 3},
+    {"variant": "BucketedDDP", "micro_batches": 3, "no_sync": False},
+    {"variant": "torch DDP", "micro_batches": 2},
+]
+
+
+@pytest.fixture(scope="module")
+def small() -> Data:
+    data = load_data("mnist-sample", verbose=False)
+    return Data("small", ImageSet(data.train.images[:601], data.train.labels[:601]),
+                ImageSet(data.test.images[:203], data.test.labels[:203]), data.classes)
+
+
+def test_every_variant_trains_like_one_process_on_the_global_batches(small):
+    common = {"model": "lenet", "global_batch": GLOBAL_BATCH, "lr": LR, "epochs": 2, "max_steps": STEPS}
+    results = launch(train_several, 2, small, [{**common, **run} for run in RUNS], backend="gloo",
+                     timeout=300)
+    expected = train_reference_ddp(2, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=STEPS,
+                                   model="lenet")
+    for i, run in enumerate(RUNS):
+        for rank in (0, 1):
+            torch.testing.assert_close(results[rank][i].params, expected, msg=lambda m, run=run: f"{run}: {m}")
+        records = results[0][i].records
+        assert [(r.method, r.n_devices, r.epoch) for r in records] == [(run["variant"], 2, 1),
+                                                                         (run["variant"], 2, 2)]
+        assert all(0 <= r.test_acc <= 1 and r.sec_per_epoch > 0 for r in records)
+        assert results[1][i].records == []
+    tensors = 10  # LeNet's parameter tensors
+    counts = [results[0][i].allreduces for i in range(len(RUNS))]
+    assert counts[:2] == [STEPS * tensors, STEPS * tensors]
+    assert counts[2] > STEPS  # several buckets per step
+    assert counts[3] == STEPS and counts[4] == 3 * STEPS  # one bucket; no_sync saves 2 of 3
+    assert counts[5] is None  # torch's DDP does not count

@@ -1,0 +1,149 @@
+"""Workers for the chapter-6 tests (importable by the launcher's fork server as
+``tests.internals.workers``): one worker that trains the chapter's model with tied, frozen
+and unused parameters and a buffer with every variant, evenly and unevenly split."""
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from companion.core import set_seed
+from companion.ddp import UnusedParameters
+from companion.internals import TiedFrozenUnused, accumulation_step, finish, wrap
+
+LR = 0.1
+STEPS, GLOBAL, MICRO = 3, 24, 3  # steps, global batch, micro-batches of the shared runs
+
+
+def quirky(unused: bool = True, seed: int = 0) -> TiedFrozenUnused:
+    """The chapter's model with tied, frozen (and unused) parameters and a buffer, seeded."""
+    set_seed(seed)
+    return TiedFrozenUnused(unused)
+
+
+def grads_of(net):
+    return [None if p.grad is None else p.grad.clone() for p in net.parameters()]
+
+
+def params_of(net):
+    return [p.detach().clone() for p in net.parameters()]
+
+
+def shares(n: int, world_size: int, uneven: bool) -> list[int]:
+    """Sample counts per rank adding up to ``n``: equal, or 1, 2, 3, ... parts."""
+    if not uneven:
+        return [n // world_size] * world_size
+    weights = list(range(1, world_size + 1))
+    sizes = [n * w // sum(weights) for w in weights]
+    sizes[-1] += n - sum(sizes)
+    return sizes
+
+
+def train_variant(rank, world_size, variant, batches, uneven, unused=True, **options):
+    """Steps on this rank's share of each global batch: (first step's grads, final params)."""
+    net = wrap(quirky(unused, seed=rank), variant, **options)  # rank 0's copy is broadcast
+    opt = torch.optim.SGD(net.parameters(), lr=LR)
+    first = None
+    for X, y in batches:
+        sizes = shares(len(y), world_size, uneven)
+        start = sum(sizes[:rank])
+        X, y = X[start:start + sizes[rank]], y[start:start + sizes[rank]]
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(net(X), y).backward()
+        finish(net)
+        first = grads_of(net) if first is None else first
+        opt.step()
+    return first, params_of(net)
+
+
+def every_variant(rank, world_size, batches, micro_batches):
+    """Everything the equivalence tests compare, from one launch per world size."""
+    out = {}
+    for uneven in (False, True):
+        weigh = {"weigh_by_samples": uneven}
+        out["NaiveDDP", uneven] = train_variant(rank, world_size, "NaiveDDP", batches, uneven, **weigh)
+        out["HookedDDP", uneven] = train_variant(rank, world_size, "HookedDDP", batches, uneven, False, **weigh)
+        for cap in (25.0, 0.001):
+            out["BucketedDDP", cap, uneven] = train_variant(
+                rank, world_size, "BucketedDDP", batches, uneven, bucket_cap_mb=cap,
+                find_unused_parameters=True, **weigh)
+    for unused in (True, False):
+        out["torch DDP", unused] = train_variant(rank, world_size, "torch DDP", batches, False, unused,
+                                                 find_unused_parameters=unused)
+    out["errors"] = unused_errors(rank, world_size, batches[0])
+    out["accumulation"] = accumulate(rank, world_size, batches, micro_batches)
+    return out
+
+
+def unused_errors(rank, world_size, batch):
+    """The messages HookedDDP and BucketedDDP (without find_unused_parameters) raise."""
+    X, y = batch
+    messages = {}
+    for variant in ("HookedDDP", "BucketedDDP"):
+        net = wrap(quirky(), variant, bucket_cap_mb=0.001)
+        F.cross_entropy(net(X), y).backward()
+        try:
+            finish(net)
+            messages[variant] = ""
+        except UnusedParameters as err:
+            messages[variant] = str(err)
+    return messages
+
+
+def accumulate(rank, world_size, batches, micro_batches):
+    """Accumulation over micro-batches with and without no_sync: params and all-reduce counts."""
+    out = {}
+    for variant, no_sync in (("BucketedDDP", True), ("BucketedDDP", False), ("HookedDDP", True),
+                             ("NaiveDDP", True), ("torch DDP", True)):
+        net = wrap(quirky(False), variant, bucket_cap_mb=0.001)
+        opt = torch.optim.SGD(net.parameters(), lr=LR)
+        per_rank = len(batches[0][1]) // world_size
+        for X, y in batches:
+            X, y = X[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
+            accumulation_step(net, X, y, nn.CrossEntropyLoss(), opt, micro_batches, no_sync)
+        buckets = len(net.buckets) if variant == "BucketedDDP" else None
+        out[variant, no_sync] = (params_of(net), getattr(net, "allreduces", None), buckets)
+    return out
+
+
+# The single-process side of the comparisons (run in the test process).
+
+def global_batches():
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(GLOBAL, 1, 28, 28, generator=g), torch.randint(0, 10, (GLOBAL,), generator=g))
+            for _ in range(STEPS)]
+
+
+def reference(batches, unused=True):
+    """One process, one model, a plain SGD step on each whole global batch."""
+    net = quirky(unused)
+    opt = torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=LR)
+    first = None
+    for X, y in batches:
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(net(X), y).backward()
+        first = grads_of(net) if first is None else first
+        opt.step()
+    return first, params_of(net)
+
+
+def assert_same(got, expected):
+    for a, b in zip(got, expected, strict=True):
+        if b is None:
+            assert a is None, "a parameter that nobody used got a gradient"
+        else:
+            torch.testing.assert_close(a, b)
+
+
+def assert_replicas_equal_reference(results, key, want) -> None:
+    """Every rank's first-step gradients and final parameters of run ``key`` equal ``want``."""
+    for out in results:
+        grads, params = out[key]
+        assert_same(grads, want[0])  # the first step's averaged gradients
+        assert_same(params, want[1])  # the parameters after the last step
+        assert_same(params, results[0][key][1])  # and the replicas are identical
+
+
+def train_several(rank, world_size, data, runs):
+    """:func:`companion.internals.train_internals` once per dict of options in ``runs``."""
+    from companion.internals import train_internals
+
+    return [train_internals(data, "ci", **options) for options in runs]
