@@ -14,14 +14,14 @@ at 1 device over the time at ``k``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import mean, stdev
-from typing import Sequence
 
 from ..core.results import final_accuracy
 from .driver import StudyRecord
 
-__all__ = ["Point", "aggregate", "spread", "speedups", "table"]
+__all__ = ["Point", "aggregate", "speedups", "spread", "table"]
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,18 @@ def aggregate(records: Sequence[StudyRecord]) -> list[Point]:
         epochs = [r for run in by_seed.values() for r in run]
         seconds = sum(r.sec_per_epoch for r in epochs)
         samples = sum(r.samples_per_sec * r.sec_per_epoch for r in epochs)
-        points.append(Point(method, k, batch, rule, len(by_seed), *spread(accs),
-                            seconds / len(epochs), samples / seconds))
+        points.append(
+            Point(
+                method,
+                k,
+                batch,
+                rule,
+                len(by_seed),
+                *spread(accs),
+                seconds / len(epochs),
+                samples / seconds,
+            )
+        )
     return speedups(points)
 
 
@@ -86,8 +96,10 @@ def speedups(points: Sequence[Point]) -> list[Point]:
 
 def table(points: Sequence[Point]) -> str:
     """The points as a text table, one line each."""
-    head = (f"{'method':<13}{'devices':>8}{'batch':>7}{'lr rule':>8}{'seeds':>6}"
-            f"{'test acc':>9}{'(sd)':>8}{'s/epoch':>9}{'speed-up':>9}{'effic.':>8}")
+    head = (
+        f"{'method':<13}{'devices':>8}{'batch':>7}{'lr rule':>8}{'seeds':>6}"
+        f"{'test acc':>9}{'(sd)':>8}{'s/epoch':>9}{'speed-up':>9}{'effic.':>8}"
+    )
     lines = [head]
     for p in points:
         lines.append(

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -31,7 +32,13 @@ from ..runtime.group import rank_device
 from ..runtime.launcher import launch
 
 __all__ = [
-    "Parts", "time_parts", "measure", "fit_compute", "crossing", "breakeven", "plot_breakeven"
+    "Parts",
+    "crossing",
+    "find_breakeven",
+    "fit_compute",
+    "measure",
+    "plot_breakeven",
+    "time_parts",
 ]
 
 
@@ -60,8 +67,12 @@ def _median_time(fn, device, repeats: int) -> float:
 
 
 def time_parts(
-    rank: int, world_size: int, model: str, batches: Sequence[int],
-    sweep: Sequence[int] = (2**10, 2**13, 2**16, 2**19), repeats: int = 5,
+    rank: int,
+    world_size: int,
+    model: str,
+    batches: Sequence[int],
+    sweep: Sequence[int] = (2**10, 2**13, 2**16, 2**19),
+    repeats: int = 5,
 ) -> Parts:
     """Worker: time forward+backward at each batch, and ``dist.all_reduce`` of the grads."""
     device = rank_device()
@@ -71,19 +82,28 @@ def time_parts(
     for b in batches:
         X = torch.randn(b, 1, 28, 28, device=device)
         y = torch.randint(0, 10, (b,), device=device)
-        compute.append(_median_time(lambda: loss_fn(net(X), y).backward(), device, repeats))
+        compute.append(
+            _median_time(lambda X=X, y=y: loss_fn(net(X), y).backward(), device, repeats)
+        )
     grads = torch.cat([p.grad.reshape(-1) for p in net.parameters()])
     comm = _median_time(lambda: dist.all_reduce(grads.clone()), device, repeats)
     swept = []
     for numel in sweep:
         x = torch.randn(numel, device=device)
-        swept.append(_median_time(lambda: dist.all_reduce(x.clone()), device, repeats))
+        swept.append(_median_time(lambda x=x: dist.all_reduce(x.clone()), device, repeats))
     times = torch.tensor([*compute, comm, *swept], dtype=torch.float64, device=device)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)  # a step waits for the slowest rank
     t = times.tolist()
     n = len(batches)
-    return Parts(world_size, list(batches), t[:n], grads.numel() * grads.element_size(),
-                 t[n], [4 * s for s in sweep], t[n + 1 :])
+    return Parts(
+        world_size,
+        list(batches),
+        t[:n],
+        grads.numel() * grads.element_size(),
+        t[n],
+        [4 * s for s in sweep],
+        t[n + 1 :],
+    )
 
 
 def fit_compute(batches: Sequence[int], seconds: Sequence[float]) -> tuple[float, float]:
@@ -105,15 +125,19 @@ def crossing(batches: Sequence[int], compute: Sequence[float], comm: float) -> f
     return None
 
 
-def breakeven(parts: Parts) -> dict:
+def find_breakeven(parts: Parts) -> dict:
     """Predicted and measured all-reduce time and break-even batch of ``parts``."""
     messages, volume = cost_terms("dist.all_reduce", parts.world_size)
     alpha, beta = fit_alpha_beta(parts.sweep_bytes, parts.sweep_seconds, messages, volume)
     predicted_comm = predict("dist.all_reduce", parts.world_size, parts.nbytes, alpha, beta)
     c0, c1 = fit_compute(parts.batches, parts.compute)
     return {
-        "alpha": alpha, "beta": beta, "c0": c0, "c1": c1,
-        "predicted_comm": predicted_comm, "measured_comm": parts.comm,
+        "alpha": alpha,
+        "beta": beta,
+        "c0": c0,
+        "c1": c1,
+        "predicted_comm": predicted_comm,
+        "measured_comm": parts.comm,
         "predicted_b": max(0.0, (predicted_comm - c0) / c1) if c1 > 0 else None,
         "measured_b": crossing(parts.batches, parts.compute, parts.comm),
     }
@@ -125,7 +149,6 @@ def measure(world_size: int, model: str, batches: Sequence[int], **kwargs) -> Pa
     return launch(time_parts, world_size, model, list(batches), timeout=600, **kwargs)[0]
 
 
-
 def plot_breakeven(parts: Parts, found: dict, title: str = ""):
     """Compute against batch (measured, fitted) and the all-reduce (measured, predicted)."""
     import matplotlib.pyplot as plt
@@ -135,8 +158,12 @@ def plot_breakeven(parts: Parts, found: dict, title: str = ""):
     ax.plot(b, [t * 1e3 for t in parts.compute], "o", label="forward + backward (measured)")
     ax.plot(b, [(found["c0"] + found["c1"] * x) * 1e3 for x in b], "-", label="c0 + c1 b (fit)")
     ax.axhline(parts.comm * 1e3, color="C3", label="all-reduce of the gradients (measured)")
-    ax.axhline(found["predicted_comm"] * 1e3, color="C3", linestyle="--",
-               label="all-reduce (alpha-beta prediction)")
+    ax.axhline(
+        found["predicted_comm"] * 1e3,
+        color="C3",
+        linestyle="--",
+        label="all-reduce (alpha-beta prediction)",
+    )
     for key, style in (("measured_b", "-"), ("predicted_b", "--")):
         if found[key]:
             ax.axvline(found[key], color="gray", linestyle=style, alpha=0.6)

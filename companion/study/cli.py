@@ -14,8 +14,8 @@ and s/epoch) and ``speedup.png`` (speed-up and efficiency against ideal).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ..core.data import load_data
 from ..core.files import atomic_write
@@ -26,7 +26,7 @@ from .methods import METHODS
 from .plots import plot_speedup, plot_study
 from .schedule import LR_RULES
 
-__all__ = ["parse_args", "main"]
+__all__ = ["main", "parse_args"]
 
 
 def _ints(text: str) -> list[int]:
@@ -43,15 +43,23 @@ def _methods(text: str) -> list[str]:
     names = [x.strip() for x in text.split(",") if x.strip()]
     unknown = [n for n in names if n not in METHODS]
     if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown method(s) {unknown}; choose from {list(METHODS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown method(s) {unknown}; choose from {list(METHODS)}"
+        )
     return names
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line's options (see the module docstring)."""
-    p = argparse.ArgumentParser(prog="python -m companion.study", description=__doc__.split("\n")[0])
-    p.add_argument("--methods", type=_methods, default=["split", "ddp"],
-                   help=f"comma-separated, from {', '.join(METHODS)}")
+    p = argparse.ArgumentParser(
+        prog="python -m companion.study", description=__doc__.split("\n")[0]
+    )
+    p.add_argument(
+        "--methods",
+        type=_methods,
+        default=["split", "ddp"],
+        help=f"comma-separated, from {', '.join(METHODS)}",
+    )
     p.add_argument("--devices", type=_ints, default=None, help="device counts (profile's)")
     p.add_argument("--seeds", type=_ints, default=[0, 1, 2])
     p.add_argument("--scaling", choices=SCALING, default="strong")
@@ -80,13 +88,21 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
         if args.samples:
             data = subset(data, args.samples, min(len(data.test), max(1, args.samples // 4)))
         runs = plan(
-            args.methods, args.devices or list(profile.device_counts), args.seeds, data=data,
-            model=args.model or profile.model, batch=args.batch or profile.batch_size,
-            lr=args.lr or profile.lr, epochs=args.epochs or profile.epochs,
-            scaling=args.scaling, lr_rule=args.lr_rule, profile=profile.name,
+            args.methods,
+            args.devices or list(profile.device_counts),
+            args.seeds,
+            data=data,
+            model=args.model or profile.model,
+            batch=args.batch or profile.batch_size,
+            lr=args.lr or profile.lr,
+            epochs=args.epochs or profile.epochs,
+            scaling=args.scaling,
+            lr_rule=args.lr_rule,
+            profile=profile.name,
         )
-        records = run_study(runs, args.scaling, out / "study",
-                            progress=False if args.no_progress else None)
+        records = run_study(
+            runs, args.scaling, out / "study", progress=False if args.no_progress else None
+        )
     points = aggregate(records)
     label = "; ".join(sorted({f"{r.hardware}, profile '{r.profile}'" for r in records}))
     text = table(points) + f"\nmeasured on: {label}\n"

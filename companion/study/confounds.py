@@ -23,7 +23,7 @@ from ..core.loaders import load_iters
 from ..core.results import Record
 from ..dataparallel.training import train as train_dataparallel
 
-__all__ = ["init_weights_seed002", "seed002_train", "carried_over"]
+__all__ = ["carried_over", "init_weights_seed002", "seed002_train"]
 
 
 def init_weights_seed002(m: nn.Module) -> None:
@@ -33,8 +33,14 @@ def init_weights_seed002(m: nn.Module) -> None:
 
 
 def seed002_train(
-    net: nn.Module, n_devices: int, data: Data, batch_size: int, lr: float, epochs: int,
-    profile: str | None = None, seed: int = 0,
+    net: nn.Module,
+    n_devices: int,
+    data: Data,
+    batch_size: int,
+    lr: float,
+    epochs: int,
+    profile: str | None = None,
+    seed: int = 0,
 ) -> list[Record]:
     """Seed 002's ``train``: re-initialise some weights of ``net`` in place, then train.
 
@@ -46,8 +52,16 @@ def seed002_train(
     net.apply(init_weights_seed002)
     train_iter, test_iter = load_iters(data, batch_size, devices[0], seed=seed)
     return train_dataparallel(
-        net, train_iter, test_iter, devices, epochs=epochs, lr=lr, profile=profile,
-        model_name=type(net).__name__, dataset=data.name, verbose=False,
+        net,
+        train_iter,
+        test_iter,
+        devices,
+        epochs=epochs,
+        lr=lr,
+        profile=profile,
+        model_name=type(net).__name__,
+        dataset=data.name,
+        verbose=False,
     )
 
 
@@ -61,4 +75,3 @@ def carried_over(net: nn.Module) -> dict[str, int]:
         "parameters kept (biases, BatchNorm scale and shift)": sum(p.numel() for p in kept),
         "BatchNorm running statistics kept": sum(b.numel() for b in buffers),
     }
-

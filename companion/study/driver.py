@@ -25,9 +25,9 @@ import csv
 import io
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -39,7 +39,7 @@ from ..core.results import Record
 from .methods import METHODS, RunSpec, run_method
 from .schedule import LR_RULES, scaled_lr
 
-__all__ = ["SCALING", "StudyRecord", "plan", "run_study", "save_study", "load_study", "subset"]
+__all__ = ["SCALING", "StudyRecord", "load_study", "plan", "run_study", "save_study", "subset"]
 
 SCALING = ("strong", "weak")
 
@@ -86,8 +86,18 @@ def plan(
             global_batch = batch if scaling == "strong" else batch * k
             run_lr = scaled_lr(lr, k, lr_rule)
             for seed in seeds:
-                spec = RunSpec(data, model, k, global_batch, run_lr, epochs, seed, profile,
-                               base_lr=lr, lr_rule=lr_rule)
+                spec = RunSpec(
+                    data,
+                    model,
+                    k,
+                    global_batch,
+                    run_lr,
+                    epochs,
+                    seed,
+                    profile,
+                    base_lr=lr,
+                    lr_rule=lr_rule,
+                )
                 runs.append((name, spec))
     return runs
 
@@ -117,9 +127,16 @@ def run_study(
             if bar is not None:
                 bar.set_postfix_str(f"{name}, {spec.n_devices} device(s), seed {spec.seed}")
             for r in run_method(name, spec):
-                found.append(StudyRecord(**asdict(r), seed=spec.seed, scaling=scaling,
-                                         global_batch=spec.global_batch, lr=spec.lr,
-                                         lr_rule=spec.lr_rule))
+                found.append(
+                    StudyRecord(
+                        **asdict(r),
+                        seed=spec.seed,
+                        scaling=scaling,
+                        global_batch=spec.global_batch,
+                        lr=spec.lr,
+                        lr_rule=spec.lr_rule,
+                    )
+                )
             if path is not None:
                 save_study(found, path)
             if bar is not None:
@@ -145,10 +162,12 @@ def save_study(records: Sequence[StudyRecord], path: str | Path) -> tuple[Path, 
         "torch": torch.__version__,
         "records": rows,
     }
-    csv_path = atomic_write(path.with_suffix(".csv"), lambda f: f.write(text.getvalue()),
-                            binary=False)
-    json_path = atomic_write(path.with_suffix(".json"),
-                             lambda f: json.dump(meta, f, indent=1), binary=False)
+    csv_path = atomic_write(
+        path.with_suffix(".csv"), lambda f: f.write(text.getvalue()), binary=False
+    )
+    json_path = atomic_write(
+        path.with_suffix(".json"), lambda f: json.dump(meta, f, indent=1), binary=False
+    )
     return csv_path, json_path
 
 

@@ -14,8 +14,9 @@ BatchNorm statistics or its optimizer from the one before (seed 002's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from ..collectives.partition import train_worker
 from ..core.batches import rank_batch_size
@@ -33,7 +34,7 @@ from ..split.naive import train_batch
 from ..split.training import train as train_split
 from .schedule import LR_RULES, lr_schedule, train_scheduled
 
-__all__ = ["RunSpec", "Method", "METHODS", "register", "run_method"]
+__all__ = ["METHODS", "Method", "RunSpec", "register", "run_method"]
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,9 @@ def _fresh(spec: RunSpec, device):
 
 def _schedule(spec: RunSpec, steps_per_epoch: int) -> Callable[[int], float]:
     base = spec.base_lr or spec.lr
-    return lr_schedule(base, round(spec.lr / base), spec.lr_rule, steps_per_epoch,
-                       spec.warmup_epochs)
+    return lr_schedule(
+        base, round(spec.lr / base), spec.lr_rule, steps_per_epoch, spec.warmup_epochs
+    )
 
 
 class _ScheduledStep:
@@ -133,9 +135,15 @@ def run_reference(spec: RunSpec) -> list[Record]:
     device = try_devices(1, verbose=False)[0]
     net, train_iter, test_iter = _fresh(spec, device)
     return train_scheduled(
-        net, train_iter, test_iter, epochs=spec.epochs,
-        schedule=_schedule(spec, len(train_iter)), n_devices=spec.n_devices,
-        profile=spec.profile, model_name=spec.model, dataset=spec.data.name,
+        net,
+        train_iter,
+        test_iter,
+        epochs=spec.epochs,
+        schedule=_schedule(spec, len(train_iter)),
+        n_devices=spec.n_devices,
+        profile=spec.profile,
+        model_name=spec.model,
+        dataset=spec.data.name,
     )
 
 
@@ -145,16 +153,32 @@ def run_split(spec: RunSpec) -> list[Record]:
     net, train_iter, test_iter = _fresh(spec, devices[0])
     step = _ScheduledStep(_schedule(spec, len(train_iter)), skip=3)
     return train_split(
-        net, train_iter, test_iter, devices, epochs=spec.epochs, lr=spec.lr, step=step,
-        profile=spec.profile, model_name=spec.model, dataset=spec.data.name, warmup_steps=3,
+        net,
+        train_iter,
+        test_iter,
+        devices,
+        epochs=spec.epochs,
+        lr=spec.lr,
+        step=step,
+        profile=spec.profile,
+        model_name=spec.model,
+        dataset=spec.data.name,
+        warmup_steps=3,
     )
 
 
 def run_allreduce(spec: RunSpec) -> list[Record]:
     """Chapter 3: one process per device, gradients averaged by the hand-written ring."""
     outcomes = launch(
-        train_worker, spec.n_devices, spec.data, spec.profile, model=spec.model,
-        global_batch=spec.global_batch, epochs=spec.epochs, lr=spec.lr, seed=spec.seed,
+        train_worker,
+        spec.n_devices,
+        spec.data,
+        spec.profile,
+        model=spec.model,
+        global_batch=spec.global_batch,
+        epochs=spec.epochs,
+        lr=spec.lr,
+        seed=spec.seed,
         timeout=spec.timeout,
     )
     return outcomes[0].records
@@ -165,16 +189,31 @@ def run_dataparallel(spec: RunSpec) -> list[Record]:
     devices = try_devices(spec.n_devices, verbose=False)
     net, train_iter, test_iter = _fresh(spec, devices[0])
     return train_dataparallel(
-        net, train_iter, test_iter, devices, epochs=spec.epochs, lr=spec.lr,
-        profile=spec.profile, model_name=spec.model, dataset=spec.data.name, verbose=False,
+        net,
+        train_iter,
+        test_iter,
+        devices,
+        epochs=spec.epochs,
+        lr=spec.lr,
+        profile=spec.profile,
+        model_name=spec.model,
+        dataset=spec.data.name,
+        verbose=False,
     )
 
 
 def run_ddp(spec: RunSpec) -> list[Record]:
     """Chapter 5: ``DistributedDataParallel``, one process per device."""
     outcomes = launch(
-        ddp_worker, spec.n_devices, spec.data, spec.profile, model=spec.model,
-        global_batch=spec.global_batch, epochs=spec.epochs, lr=spec.lr, seed=spec.seed,
+        ddp_worker,
+        spec.n_devices,
+        spec.data,
+        spec.profile,
+        model=spec.model,
+        global_batch=spec.global_batch,
+        epochs=spec.epochs,
+        lr=spec.lr,
+        seed=spec.seed,
         timeout=spec.timeout,
     )
     return outcomes[0].records

@@ -7,11 +7,11 @@ the title names the hardware and profile of the records.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .analysis import Point
 
-__all__ = ["plot_study", "plot_speedup", "plot_lr_scaling"]
+__all__ = ["plot_lr_scaling", "plot_speedup", "plot_study"]
 
 _STYLES = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--")]
 
@@ -50,8 +50,7 @@ def plot_study(points: Sequence[Point], title: str = ""):
         err = [[p.acc_mean - p.acc_min for p in ps], [p.acc_max - p.acc_mean for p in ps]]
         style = dict(marker=marker, linestyle=dash, label=method, capsize=3)
         ax_acc.errorbar(xs, acc, yerr=err, **style)
-        ax_time.plot(xs, [p.sec_per_epoch for p in ps], marker=marker, linestyle=dash,
-                     label=method)
+        ax_time.plot(xs, [p.sec_per_epoch for p in ps], marker=marker, linestyle=dash, label=method)
     ax_acc.set_ylabel("test accuracy\n(mean over seeds, bar: range)")
     ax_time.set_ylabel("seconds per epoch")
     ax_time.set_ylim(bottom=0)
@@ -90,7 +89,14 @@ def plot_lr_scaling(points: Sequence[Point], title: str = ""):
         marker, dash = _STYLES[i % len(_STYLES)]
         ps = sorted(ps, key=lambda p: p.global_batch)
         err = [[p.acc_mean - p.acc_min for p in ps], [p.acc_max - p.acc_mean for p in ps]]
-        ax.errorbar([p.global_batch for p in ps], [p.acc_mean for p in ps], yerr=err,
-                    marker=marker, linestyle=dash, capsize=3, label=f"lr rule: {rule}")
+        ax.errorbar(
+            [p.global_batch for p in ps],
+            [p.acc_mean for p in ps],
+            yerr=err,
+            marker=marker,
+            linestyle=dash,
+            capsize=3,
+            label=f"lr rule: {rule}",
+        )
     ax.set_ylabel("test accuracy\n(mean over seeds, bar: range)")
     return _finish(fig, (ax,), title, "global batch (log scale)", batches, log2=True)

@@ -14,12 +14,13 @@ time. :data:`PUBLISHED` holds what others measured, with their sources.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from ..collectives.costmodel import predict
 from ..core.checks import check_int, check_positive
 
-__all__ = ["Projection", "project", "PUBLISHED", "per_doubling", "plot_projection"]
+__all__ = ["PUBLISHED", "Projection", "per_doubling", "plot_projection", "project"]
 
 
 class Projection(NamedTuple):
@@ -33,8 +34,13 @@ class Projection(NamedTuple):
 
 
 def project(
-    world_sizes: Sequence[int], compute: float, nbytes: float, alpha: float, beta: float,
-    overlap: bool = False, algorithm: str = "ring",
+    world_sizes: Sequence[int],
+    compute: float,
+    nbytes: float,
+    alpha: float,
+    beta: float,
+    overlap: bool = False,
+    algorithm: str = "ring",
 ) -> list[Projection]:
     """The step at each world size: ``compute + allreduce`` (or their max with ``overlap``)."""
     check_positive(compute, "compute", "give a measured compute time per step, in seconds")
@@ -87,11 +93,21 @@ def plot_projection(projections: dict[str, list[Projection]], title: str = ""):
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
     for i, (label, proj) in enumerate(projections.items()):
         at8 = next(q.efficiency for q in proj if q.world_size == 8)
-        ax.plot([q.world_size for q in proj], [q.efficiency / at8 for q in proj],
-                marker="o", linestyle="--", label=f"PROJECTION: {label}")
+        ax.plot(
+            [q.world_size for q in proj],
+            [q.efficiency / at8 for q in proj],
+            marker="o",
+            linestyle="--",
+            label=f"PROJECTION: {label}",
+        )
     pub = PUBLISHED["ultrascale"]
-    ax.plot(pub["devices"], [t / pub["per_device"][0] for t in pub["per_device"]],
-            marker="s", color="k", label="published: Ultra-Scale Playbook (LLM, tokens/s/GPU)")
+    ax.plot(
+        pub["devices"],
+        [t / pub["per_device"][0] for t in pub["per_device"]],
+        marker="s",
+        color="k",
+        label="published: Ultra-Scale Playbook (LLM, tokens/s/GPU)",
+    )
     ax.set_xscale("log", base=2)
     ax.set_xticks(pub["devices"], [str(p) for p in pub["devices"]])
     ax.set_ylim(0, 1.1)

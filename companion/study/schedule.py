@@ -16,7 +16,7 @@ processes.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -25,9 +25,16 @@ from ..core.checks import check_choice, check_int
 from ..core.devices import hardware_label
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
-from ..core.training import Timer, check_lr, check_training, evaluate_accuracy, train_step
+from ..core.training import (
+    Timer,
+    check_lr,
+    check_training,
+    evaluate_accuracy,
+    train_step,
+    warm_up,
+)
 
-__all__ = ["LR_RULES", "scaled_lr", "warmup_lr", "lr_schedule", "train_scheduled"]
+__all__ = ["LR_RULES", "lr_schedule", "scaled_lr", "train_scheduled", "warmup_lr"]
 
 LR_RULES = {
     "none": "the base lr at every device count (the global batch grows, the lr does not)",
@@ -76,12 +83,20 @@ def train_scheduled(
     profile: Profile | str | None = None,
     model_name: str = "",
     dataset: str = "",
+    warmup_steps: int = 3,
 ) -> list[Record]:
-    """Chapter 1's loop on the model's device with the rate ``schedule(step)``."""
+    """Chapter 1's loop on the model's device with the rate ``schedule(step)``.
+
+    Like chapter 1's ``train``, ``warmup_steps`` steps on a copy of the model
+    run first (they draw the first shuffle of ``train_iter``, as there).
+    """
     check_training(epochs, schedule(0), train_iter, test_iter)
     profile = get_profile(profile)
     device = next(net.parameters()).device
     loss_fn, optimizer = nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=1.0)
+    if warmup_steps:
+        X, y = next(iter(train_iter))
+        warm_up(net, X.to(device), y.to(device), schedule(0), warmup_steps)
     records, step = [], 0
     for epoch in range(1, epochs + 1):
         net.train()
