@@ -34,7 +34,18 @@ from ..split.naive import train_batch
 from ..split.training import train as train_split
 from .schedule import LR_RULES, lr_schedule, train_scheduled
 
-__all__ = ["METHODS", "Method", "RunSpec", "register", "run_method"]
+__all__ = [
+    "RunSpec",
+    "Method",
+    "METHODS",
+    "register",
+    "run_method",
+    "run_reference",
+    "run_split",
+    "run_allreduce",
+    "run_dataparallel",
+    "run_ddp",
+]
 
 
 @dataclass(frozen=True)
