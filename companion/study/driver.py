@@ -68,8 +68,12 @@ def plan(
     scaling: str = "strong",
     lr_rule: str = "none",
     profile: str = "ci",
+    warmup_epochs: int = 1,
 ) -> list[tuple[str, RunSpec]]:
-    """Every ``(method, RunSpec)`` of the study, method by method, then devices, seeds."""
+    """Every ``(method, RunSpec)`` of the study, method by method, then devices, seeds.
+
+    ``warmup_epochs`` is the length of the warm-up of ``lr_rule="warmup"``.
+    """
     check_choice(scaling, "scaling", SCALING)
     check_choice(lr_rule, "lr_rule", LR_RULES)
     if scaling == "strong" and lr_rule != "none":
@@ -97,6 +101,7 @@ def plan(
                     profile,
                     base_lr=lr,
                     lr_rule=lr_rule,
+                    warmup_epochs=warmup_epochs,
                 )
                 runs.append((name, spec))
     return runs

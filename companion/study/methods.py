@@ -62,7 +62,7 @@ class RunSpec:
     profile: str = "ci"
     base_lr: float | None = None  # the warm-up starts here (lr_rule "warmup")
     lr_rule: str = "none"
-    warmup_epochs: int = 2
+    warmup_epochs: int = 1
     timeout: float = 1800.0  # for runs in worker processes
 
     def __post_init__(self):
