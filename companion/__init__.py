@@ -19,6 +19,7 @@ that uses it. Lower floors never import higher ones (``tests/test_layout.py``):
   ``ring``, ``shards``, ``dataparallel``, ``sampler``
 * ``internals`` (chapter 6): ``naive``, ``hooks``, ``buckets``, ``care``,
   ``training``, ``sweep``, ``timeline`` (DDP rebuilt step by step)
+* ``study`` (chapter 7): the scaling study, ``python -m companion.study``
 * ``bench``: benchmarks, ``python -m companion.bench --help``
 
 Every subpackage re-exports its public names: ``from companion.split import

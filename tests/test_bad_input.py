@@ -16,6 +16,7 @@ import companion.ddp as ddp
 import companion.internals as ic
 import companion.runtime as rt
 import companion.split as split
+import companion.study as st
 
 NAN, INF = math.nan, math.inf
 
@@ -302,6 +303,20 @@ CASES = [
     ("bench unknown name", lambda t: bench_main("fastest"), ValueError, r"unknown benchmark 'fastest'; available: "),
     ("time_median repeats=0", lambda t: bench.time_median(lambda: None, repeats=0), ValueError, r"repeats must be an integer >= 1, got 0"),
     ("time_median warmup=-1", lambda t: bench.time_median(lambda: None, warmup=-1), ValueError, r"warmup must be an integer >= 0, got -1"),
+    # study: runs, plans, files, projections, the command line
+    ("study.RunSpec batch 63 over 2", lambda t: st.RunSpec(TINY, "lenet", 2, 63, 0.1, 1), ValueError, r"choose a multiple of 2"),
+    ("study.RunSpec lr_rule sqrt", lambda t: st.RunSpec(TINY, "lenet", 1, 4, 0.1, 1, lr_rule="sqrt"), ValueError, r"unknown lr_rule 'sqrt'"),
+    ("study.plan strong scaling with lr rule", lambda t: st.plan(["split"], [1], [0], data=TINY, model="lenet", batch=4, lr=0.1, epochs=1, lr_rule="linear"), ValueError, r"strong scaling keeps the global batch"),
+    ("study.plan unknown method", lambda t: st.plan(["nope"], [1], [0], data=TINY, model="lenet", batch=4, lr=0.1, epochs=1), ValueError, r"unknown method 'nope'"),
+    ("study.plan no seeds", lambda t: st.plan(["split"], [1], [], data=TINY, model="lenet", batch=4, lr=0.1, epochs=1), ValueError, r"at least one method, one device count and one seed"),
+    ("study.run_method warm-up without a schedule", lambda t: st.run_method("ddp", st.RunSpec(TINY, "lenet", 2, 4, 0.2, 1, base_lr=0.1, lr_rule="warmup")), ValueError, r"no per-step learning-rate schedule"),
+    ("study.load_study not a study", lambda t: st.load_study(write(t, "x.json", b'{"rows": []}')), ValueError, r"not a study file"),
+    ("study.subset too many samples", lambda t: st.subset(TINY, 100, 1), ValueError, r"asked for 100 samples"),
+    ("study.project compute 0", lambda t: st.project([2], 0.0, 1e6, 1e-5, 1e-9), ValueError, r"compute must be a positive"),
+    ("study.measure world_size 1", lambda t: st.measure(1, "lenet", [1]), ValueError, r"an all-reduce needs two ranks"),
+    ("study.per_doubling mismatched", lambda t: st.per_doubling([8], [1.0, 2.0]), ValueError, r"give matching devices"),
+    ("study.warmup_lr step -1", lambda t: st.warmup_lr(-1, 0.1, 0.2, 4), ValueError, r"step must be an integer >= 0"),
+    ("study.cli --methods nope", lambda t: st.parse_args(["--methods", "nope"]), SystemExit, r"2"),
 ]
 
 

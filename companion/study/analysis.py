@@ -1,0 +1,110 @@
+"""The study's numbers: mean and spread over seeds, speed-up, scaling efficiency.
+
+Used in: chapter 7.
+
+A run's accuracy is :func:`~companion.core.results.final_accuracy` (the mean
+of its last half of the epochs); a point of the study is the mean of that
+over the seeds, with their standard deviation and range. The speed-up of
+``k`` devices is the throughput (samples per second) at ``k`` over the
+throughput at 1 device of the same method; the scaling efficiency is the
+speed-up over ``k``: 1 is the ideal (``k`` devices, ``k`` times the samples
+per second), and in strong scaling the speed-up is also the time per epoch
+at 1 device over the time at ``k``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import mean, stdev
+
+from ..core.results import final_accuracy
+from .driver import StudyRecord
+
+__all__ = ["Point", "aggregate", "speedups", "spread", "table"]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One method at one device count (and lr rule), over its seeds."""
+
+    method: str
+    n_devices: int
+    global_batch: int
+    lr_rule: str
+    seeds: int
+    acc_mean: float
+    acc_std: float
+    acc_min: float
+    acc_max: float
+    sec_per_epoch: float
+    samples_per_sec: float
+    speedup: float = float("nan")
+    efficiency: float = float("nan")
+
+
+def spread(values: Sequence[float]) -> tuple[float, float, float, float]:
+    """``(mean, sample standard deviation, lowest, highest)``; the deviation of one is 0."""
+    if not values:
+        raise ValueError("spread needs at least one value")
+    sd = stdev(values) if len(values) > 1 else 0.0
+    return mean(values), sd, min(values), max(values)
+
+
+def aggregate(records: Sequence[StudyRecord]) -> list[Point]:
+    """One :class:`Point` per (method, device count, global batch, lr rule), with speed-ups."""
+    if not records:
+        raise ValueError("aggregate needs records: run a study or load one")
+    runs: dict[tuple, dict[int, list[StudyRecord]]] = {}
+    for r in records:
+        key = (r.method, r.n_devices, r.global_batch, r.lr_rule)
+        runs.setdefault(key, {}).setdefault(r.seed, []).append(r)
+    points = []
+    for (method, k, batch, rule), by_seed in runs.items():
+        accs = [final_accuracy(run)[0] for run in by_seed.values()]
+        epochs = [r for run in by_seed.values() for r in run]
+        seconds = sum(r.sec_per_epoch for r in epochs)
+        samples = sum(r.samples_per_sec * r.sec_per_epoch for r in epochs)
+        points.append(
+            Point(
+                method,
+                k,
+                batch,
+                rule,
+                len(by_seed),
+                *spread(accs),
+                seconds / len(epochs),
+                samples / seconds,
+            )
+        )
+    return speedups(points)
+
+
+def speedups(points: Sequence[Point]) -> list[Point]:
+    """``points`` with speed-up and efficiency against the same method's 1-device point."""
+    base = {(p.method, p.lr_rule): p for p in points if p.n_devices == 1}
+    out = []
+    for p in points:
+        one = base.get((p.method, p.lr_rule))
+        if one is None or p.method == "reference":  # one device standing in for k
+            out.append(p)
+            continue
+        s = p.samples_per_sec / one.samples_per_sec
+        out.append(Point(**{**p.__dict__, "speedup": s, "efficiency": s / p.n_devices}))
+    return sorted(out, key=lambda p: (p.method, p.lr_rule, p.n_devices, p.global_batch))
+
+
+def table(points: Sequence[Point]) -> str:
+    """The points as a text table, one line each."""
+    head = (
+        f"{'method':<13}{'devices':>8}{'batch':>7}{'lr rule':>8}{'seeds':>6}"
+        f"{'test acc':>9}{'(sd)':>8}{'s/epoch':>9}{'speed-up':>9}{'effic.':>8}"
+    )
+    lines = [head]
+    for p in points:
+        lines.append(
+            f"{p.method:<13}{p.n_devices:>8}{p.global_batch:>7}{p.lr_rule:>8}{p.seeds:>6}"
+            f"{p.acc_mean:>9.3f}{f'({p.acc_std:.3f})':>8}{p.sec_per_epoch:>9.3f}"
+            f"{p.speedup:>9.2f}{p.efficiency:>8.0%}"
+        )
+    return "\n".join(lines)

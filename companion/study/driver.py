@@ -1,0 +1,217 @@
+"""The scaling study: methods x device counts x seeds, saved with its hardware.
+
+Used in: chapter 7.
+
+:func:`plan` lists the runs of a study: for each method, device count and
+seed, the global batch and learning rate that the scaling mode gives.
+
+* ``strong`` scaling keeps the global batch: each of ``k`` devices gets
+  ``batch / k`` samples per step, and the run computes the same thing as one
+  device (same steps, same lr); only the time may change.
+* ``weak`` scaling keeps the per-device batch: the global batch is ``k x
+  batch``, there are ``k`` times fewer steps per epoch, and the learning rate
+  follows ``lr_rule`` (:data:`~companion.study.schedule.LR_RULES`).
+
+:func:`run_study` trains every run from a fresh model and returns one
+:class:`StudyRecord` per run and epoch; :func:`save_study` writes them to a
+CSV file and a JSON file (with the hardware and profile) atomically, and
+:func:`load_study` reads either back, so results are plotted without
+re-running.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+
+from ..core.checks import check_choice, check_int
+from ..core.data import Data, ImageSet
+from ..core.devices import hardware_label
+from ..core.files import atomic_write
+from ..core.results import Record
+from .methods import METHODS, RunSpec, run_method
+from .schedule import LR_RULES, scaled_lr
+
+__all__ = ["SCALING", "StudyRecord", "load_study", "plan", "run_study", "save_study", "subset"]
+
+SCALING = ("strong", "weak")
+
+
+@dataclass
+class StudyRecord(Record):
+    """A :class:`Record` with the run it came from."""
+
+    seed: int = 0
+    scaling: str = "strong"
+    global_batch: int = 0
+    lr: float = 0.0
+    lr_rule: str = "none"
+
+
+def plan(
+    methods: Sequence[str],
+    device_counts: Sequence[int],
+    seeds: Sequence[int],
+    *,
+    data: Data,
+    model: str,
+    batch: int,
+    lr: float,
+    epochs: int,
+    scaling: str = "strong",
+    lr_rule: str = "none",
+    profile: str = "ci",
+    warmup_epochs: int = 1,
+) -> list[tuple[str, RunSpec]]:
+    """Every ``(method, RunSpec)`` of the study, method by method, then devices, seeds.
+
+    ``warmup_epochs`` is the length of the warm-up of ``lr_rule="warmup"``.
+    """
+    check_choice(scaling, "scaling", SCALING)
+    check_choice(lr_rule, "lr_rule", LR_RULES)
+    if scaling == "strong" and lr_rule != "none":
+        raise ValueError("strong scaling keeps the global batch, so keep lr_rule='none'")
+    for name in methods:
+        check_choice(name, "method", METHODS)
+    for k in device_counts:
+        check_int(k, "device count")
+    if not (methods and device_counts and seeds):
+        raise ValueError("give at least one method, one device count and one seed")
+    runs = []
+    for name in methods:
+        for k in device_counts:
+            global_batch = batch if scaling == "strong" else batch * k
+            run_lr = scaled_lr(lr, k, lr_rule)
+            for seed in seeds:
+                spec = RunSpec(
+                    data,
+                    model,
+                    k,
+                    global_batch,
+                    run_lr,
+                    epochs,
+                    seed,
+                    profile,
+                    base_lr=lr,
+                    lr_rule=lr_rule,
+                    warmup_epochs=warmup_epochs,
+                )
+                runs.append((name, spec))
+    return runs
+
+
+def run_study(
+    runs: Sequence[tuple[str, RunSpec]],
+    scaling: str = "strong",
+    path: str | Path | None = None,
+    progress: bool | None = None,
+) -> list[StudyRecord]:
+    """Train every run of :func:`plan`; save after each run when ``path`` is given.
+
+    ``progress`` shows a tqdm bar on stderr; by default only when stderr is a
+    terminal, so notebook outputs stay clean. Saving after every run means an
+    interrupted study keeps what it finished.
+    """
+    check_choice(scaling, "scaling", SCALING)
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = None
+    if show:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(runs), desc="scaling study", unit="run")
+    found: list[StudyRecord] = []
+    try:
+        for name, spec in runs:
+            if bar is not None:
+                bar.set_postfix_str(f"{name}, {spec.n_devices} device(s), seed {spec.seed}")
+            for r in run_method(name, spec):
+                found.append(
+                    StudyRecord(
+                        **asdict(r),
+                        seed=spec.seed,
+                        scaling=scaling,
+                        global_batch=spec.global_batch,
+                        lr=spec.lr,
+                        lr_rule=spec.lr_rule,
+                    )
+                )
+            if path is not None:
+                save_study(found, path)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return found
+
+
+def save_study(records: Sequence[StudyRecord], path: str | Path) -> tuple[Path, Path]:
+    """Write ``path`` as ``.csv`` and ``.json`` (hardware, profiles, records), atomically."""
+    path = Path(path)
+    rows = [asdict(r) for r in records]
+    names = [f.name for f in fields(StudyRecord)]
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=names, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    meta = {
+        "hardware": sorted({r.hardware for r in records}) or [hardware_label()],
+        "profiles": sorted({r.profile for r in records}),
+        "torch": torch.__version__,
+        "records": rows,
+    }
+    csv_path = atomic_write(
+        path.with_suffix(".csv"), lambda f: f.write(text.getvalue()), binary=False
+    )
+    json_path = atomic_write(
+        path.with_suffix(".json"), lambda f: json.dump(meta, f, indent=1), binary=False
+    )
+    return csv_path, json_path
+
+
+def load_study(path: str | Path) -> list[StudyRecord]:
+    """Read a study written by :func:`save_study`, from its ``.csv`` or ``.json`` file."""
+    path = Path(path)
+    types = {f.name: f.type for f in fields(StudyRecord)}
+    try:
+        if path.suffix == ".csv":
+            with open(path, newline="") as f:
+                rows = list(csv.DictReader(f))
+        else:
+            with open(path) as f:
+                rows = json.load(f)["records"]
+        return [StudyRecord(**{k: _typed(types[k], v) for k, v in row.items()}) for row in rows]
+    except (KeyError, TypeError, ValueError, UnicodeDecodeError, AttributeError) as err:
+        raise ValueError(
+            f"{path} is not a study file ({type(err).__name__}: {err}); give the .csv "
+            f"or .json that save_study wrote"
+        ) from err
+
+
+def _typed(kind: str, value):
+    """A CSV cell (text) as the field's type; JSON values pass through."""
+    if not isinstance(value, str) or kind == "str":
+        return value
+    return {"int": int, "float": float}.get(kind, str)(value)
+
+
+def subset(data: Data, n_train: int, n_test: int, seed: int = 0) -> Data:
+    """``n_train`` training and ``n_test`` test samples of ``data``, drawn at random."""
+    check_int(n_train, "n_train")
+    check_int(n_test, "n_test")
+    g = torch.Generator().manual_seed(seed)
+
+    def pick(split: ImageSet, n: int) -> ImageSet:
+        if n > len(split):
+            raise ValueError(f"asked for {n} samples of a split of {len(split)}")
+        idx = torch.randperm(len(split), generator=g)[:n]
+        return ImageSet(split.images[idx], split.labels[idx])
+
+    return Data(data.name, pick(data.train, n_train), pick(data.test, n_test), data.classes)

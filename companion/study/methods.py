@@ -1,0 +1,237 @@
+"""The methods of chapters 2-5, behind one signature: train one run from scratch.
+
+Used in: chapter 7.
+
+Every runner takes a :class:`RunSpec` (data, model, device count, global
+batch, learning rate, epochs, seed) and returns the run's
+:class:`~companion.core.results.Record` list, one per epoch. Each run builds
+a freshly initialised model from ``seed``: no run inherits a model, its
+BatchNorm statistics or its optimizer from the one before (seed 002's
+``train(net, ...)`` does). Registering another method is one line::
+
+    register("mine", run_mine, chapter=6, processes=True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+from ..collectives.partition import train_worker
+from ..core.batches import rank_batch_size
+from ..core.checks import check_choice, check_int
+from ..core.data import Data
+from ..core.devices import try_devices
+from ..core.loaders import load_iters
+from ..core.models import MODELS, get_model
+from ..core.results import Record
+from ..core.training import check_lr, set_seed
+from ..dataparallel.training import train as train_dataparallel
+from ..ddp.training import ddp_worker
+from ..runtime.launcher import launch
+from ..split.naive import train_batch
+from ..split.training import train as train_split
+from .schedule import LR_RULES, lr_schedule, train_scheduled
+
+__all__ = [
+    "RunSpec",
+    "Method",
+    "METHODS",
+    "register",
+    "run_method",
+    "run_reference",
+    "run_split",
+    "run_allreduce",
+    "run_dataparallel",
+    "run_ddp",
+]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run: ``n_devices`` devices share a global batch of ``global_batch``."""
+
+    data: Data
+    model: str
+    n_devices: int
+    global_batch: int
+    lr: float  # the rate actually used (already scaled, if the study scales it)
+    epochs: int
+    seed: int = 0
+    profile: str = "ci"
+    base_lr: float | None = None  # the warm-up starts here (lr_rule "warmup")
+    lr_rule: str = "none"
+    warmup_epochs: int = 1
+    timeout: float = 1800.0  # for runs in worker processes
+
+    def __post_init__(self):
+        check_choice(self.model, "model", MODELS)
+        check_int(self.n_devices, "n_devices")
+        rank_batch_size(self.global_batch, self.n_devices)  # raises unless it splits
+        check_lr(self.lr)
+        check_int(self.epochs, "epochs")
+        check_int(self.seed, "seed", 0)
+        check_choice(self.lr_rule, "lr_rule", LR_RULES)
+
+
+class Method(NamedTuple):
+    """A registered method: its runner, its chapter, and what it can do."""
+
+    run: Callable[[RunSpec], list[Record]]
+    chapter: int
+    processes: bool  # one process per device (else one process, several devices)
+    warmup: bool  # follows a per-step learning-rate schedule
+
+
+METHODS: dict[str, Method] = {}
+
+
+def register(
+    name: str,
+    run: Callable[[RunSpec], list[Record]],
+    *,
+    chapter: int,
+    processes: bool = False,
+    warmup: bool = False,
+) -> None:
+    """Add a method to :data:`METHODS` (a later chapter adds its own this way)."""
+    if not callable(run):
+        raise TypeError(f"run must be a function of a RunSpec, got {run!r}")
+    METHODS[name] = Method(run, chapter, processes, warmup)
+
+
+def run_method(name: str, spec: RunSpec) -> list[Record]:
+    """Train ``spec`` with method ``name``; its records carry ``name`` as method."""
+    check_choice(name, "method", METHODS)
+    method = METHODS[name]
+    if spec.lr_rule == "warmup" and not method.warmup:
+        able = [m for m, entry in METHODS.items() if entry.warmup]
+        raise ValueError(
+            f"method {name!r} has no per-step learning-rate schedule, so no warm-up; "
+            f"use lr_rule 'linear' or 'none' with it, or one of {able}"
+        )
+    return [replace(r, method=name) for r in method.run(spec)]
+
+
+def _fresh(spec: RunSpec, device):
+    """The seeded model and iterators of a one-process run."""
+    set_seed(spec.seed)
+    net = get_model(spec.model).to(device)
+    train_iter, test_iter = load_iters(spec.data, spec.global_batch, device, seed=spec.seed)
+    return net, train_iter, test_iter
+
+
+def _schedule(spec: RunSpec, steps_per_epoch: int) -> Callable[[int], float]:
+    base = spec.base_lr or spec.lr
+    return lr_schedule(
+        base, round(spec.lr / base), spec.lr_rule, steps_per_epoch, spec.warmup_epochs
+    )
+
+
+class _ScheduledStep:
+    """Chapter 2's ``train_batch`` with the rate of a schedule (after split's warm-up)."""
+
+    def __init__(self, schedule: Callable[[int], float], skip: int):
+        self.schedule, self.skip, self.calls = schedule, skip, 0
+
+    def __call__(self, X, y, replicas, devices, lr):
+        step = max(0, self.calls - self.skip)  # split.train's warm-up calls come first
+        self.calls += 1
+        return train_batch(X, y, replicas, devices, self.schedule(step))
+
+
+def run_reference(spec: RunSpec) -> list[Record]:
+    """One device on the whole global batch: what every method must match."""
+    device = try_devices(1, verbose=False)[0]
+    net, train_iter, test_iter = _fresh(spec, device)
+    return train_scheduled(
+        net,
+        train_iter,
+        test_iter,
+        epochs=spec.epochs,
+        schedule=_schedule(spec, len(train_iter)),
+        n_devices=spec.n_devices,
+        profile=spec.profile,
+        model_name=spec.model,
+        dataset=spec.data.name,
+    )
+
+
+def run_split(spec: RunSpec) -> list[Record]:
+    """Chapter 2: one process splits each global batch over ``n_devices`` devices."""
+    devices = try_devices(spec.n_devices, verbose=False)
+    net, train_iter, test_iter = _fresh(spec, devices[0])
+    step = _ScheduledStep(_schedule(spec, len(train_iter)), skip=3)
+    return train_split(
+        net,
+        train_iter,
+        test_iter,
+        devices,
+        epochs=spec.epochs,
+        lr=spec.lr,
+        step=step,
+        profile=spec.profile,
+        model_name=spec.model,
+        dataset=spec.data.name,
+        warmup_steps=3,
+    )
+
+
+def run_allreduce(spec: RunSpec) -> list[Record]:
+    """Chapter 3: one process per device, gradients averaged by the hand-written ring."""
+    outcomes = launch(
+        train_worker,
+        spec.n_devices,
+        spec.data,
+        spec.profile,
+        model=spec.model,
+        global_batch=spec.global_batch,
+        epochs=spec.epochs,
+        lr=spec.lr,
+        seed=spec.seed,
+        timeout=spec.timeout,
+    )
+    return outcomes[0].records
+
+
+def run_dataparallel(spec: RunSpec) -> list[Record]:
+    """Chapter 4: ``nn.DataParallel`` (or its rebuild without distinct GPUs)."""
+    devices = try_devices(spec.n_devices, verbose=False)
+    net, train_iter, test_iter = _fresh(spec, devices[0])
+    return train_dataparallel(
+        net,
+        train_iter,
+        test_iter,
+        devices,
+        epochs=spec.epochs,
+        lr=spec.lr,
+        profile=spec.profile,
+        model_name=spec.model,
+        dataset=spec.data.name,
+        verbose=False,
+    )
+
+
+def run_ddp(spec: RunSpec) -> list[Record]:
+    """Chapter 5: ``DistributedDataParallel``, one process per device."""
+    outcomes = launch(
+        ddp_worker,
+        spec.n_devices,
+        spec.data,
+        spec.profile,
+        model=spec.model,
+        global_batch=spec.global_batch,
+        epochs=spec.epochs,
+        lr=spec.lr,
+        seed=spec.seed,
+        timeout=spec.timeout,
+    )
+    return outcomes[0].records
+
+
+register("reference", run_reference, chapter=1, warmup=True)
+register("split", run_split, chapter=2, warmup=True)
+register("allreduce", run_allreduce, chapter=3, processes=True)
+register("dataparallel", run_dataparallel, chapter=4)
+register("ddp", run_ddp, chapter=5, processes=True)

@@ -1,0 +1,102 @@
+"""The study's plots: accuracy and time, speed-up and efficiency, accuracy and batch.
+
+Used in: chapter 7. Every function takes the :class:`~companion.study.analysis.Point`
+list of :func:`~companion.study.analysis.aggregate` and returns the figure;
+the title names the hardware and profile of the records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .analysis import Point
+
+__all__ = ["plot_lr_scaling", "plot_speedup", "plot_study"]
+
+_STYLES = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--")]
+
+
+def _by(points: Sequence[Point], key) -> dict:
+    groups: dict = {}
+    for p in points:
+        groups.setdefault(key(p), []).append(p)
+    return {k: sorted(v, key=lambda p: (p.n_devices, p.global_batch)) for k, v in groups.items()}
+
+
+def _finish(fig, axes, title: str, xlabel: str, xs=None, log2=False):
+    for ax in axes:
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3)
+        if log2:
+            ax.set_xscale("log", base=2)
+        if xs:
+            ax.set_xticks(sorted(xs), [str(x) for x in sorted(xs)])
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_study(points: Sequence[Point], title: str = ""):
+    """Test accuracy (mean, bar: lowest to highest seed) and s/epoch against devices."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax_acc, ax_time) = plt.subplots(1, 2, figsize=(9, 3.4))
+    groups = _by([p for p in points if p.method != "reference"], lambda p: p.method)
+    for i, (method, ps) in enumerate(groups.items()):
+        marker, dash = _STYLES[i % len(_STYLES)]
+        xs = [p.n_devices + 0.06 * (i - (len(groups) - 1) / 2) for p in ps]
+        acc = [p.acc_mean for p in ps]
+        err = [[p.acc_mean - p.acc_min for p in ps], [p.acc_max - p.acc_mean for p in ps]]
+        style = dict(marker=marker, linestyle=dash, label=method, capsize=3)
+        ax_acc.errorbar(xs, acc, yerr=err, **style)
+        ax_time.plot(xs, [p.sec_per_epoch for p in ps], marker=marker, linestyle=dash, label=method)
+    ax_acc.set_ylabel("test accuracy\n(mean over seeds, bar: range)")
+    ax_time.set_ylabel("seconds per epoch")
+    ax_time.set_ylim(bottom=0)
+    counts = {p.n_devices for p in points}
+    return _finish(fig, (ax_acc, ax_time), title, "number of devices", counts)
+
+
+def plot_speedup(points: Sequence[Point], title: str = ""):
+    """Speed-up and scaling efficiency against devices, with the ideal line."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=(9, 3.4))
+    measured = [p for p in points if p.speedup == p.speedup]  # not NaN
+    counts = sorted({p.n_devices for p in measured})
+    ax_s.plot(counts, counts, color="gray", linestyle=":", label="ideal")
+    ax_e.plot(counts, [1.0] * len(counts), color="gray", linestyle=":", label="ideal")
+    for i, (method, ps) in enumerate(_by(measured, lambda p: p.method).items()):
+        marker, dash = _STYLES[i % len(_STYLES)]
+        ks = [p.n_devices for p in ps]
+        ax_s.plot(ks, [p.speedup for p in ps], marker=marker, linestyle=dash, label=method)
+        ax_e.plot(ks, [p.efficiency for p in ps], marker=marker, linestyle=dash, label=method)
+    ax_s.set_ylabel("speed-up over 1 device\n(samples per second)")
+    ax_e.set_ylabel("scaling efficiency\n(speed-up / devices)")
+    ax_s.set_ylim(bottom=0)
+    ax_e.set_ylim(0, 1.1)
+    return _finish(fig, (ax_s, ax_e), title, "number of devices", counts)
+
+
+def plot_lr_scaling(points: Sequence[Point], title: str = ""):
+    """Test accuracy against the global batch, one line per learning-rate rule."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    batches = {p.global_batch for p in points}
+    for i, (rule, ps) in enumerate(_by(points, lambda p: p.lr_rule).items()):
+        marker, dash = _STYLES[i % len(_STYLES)]
+        ps = sorted(ps, key=lambda p: p.global_batch)
+        err = [[p.acc_mean - p.acc_min for p in ps], [p.acc_max - p.acc_mean for p in ps]]
+        ax.errorbar(
+            [p.global_batch for p in ps],
+            [p.acc_mean for p in ps],
+            yerr=err,
+            marker=marker,
+            linestyle=dash,
+            capsize=3,
+            label=f"lr rule: {rule}",
+        )
+    ax.set_ylabel("test accuracy\n(mean over seeds, bar: range)")
+    return _finish(fig, (ax,), title, "global batch (log scale)", batches, log2=True)

@@ -1,0 +1,47 @@
+import math
+
+import pytest
+
+from companion.study.analysis import aggregate, spread, table
+from companion.study.driver import StudyRecord
+
+pytestmark = pytest.mark.ch7
+
+
+def rec(method, k, seed, epoch, acc, secs, n=1000):
+    return StudyRecord(
+        method, k, epoch, acc, secs, n / secs, 1.0, "hw", "ci", seed=seed, global_batch=64
+    )
+
+
+def test_spread_known_values():
+    assert spread([1.0, 2.0, 3.0]) == (2.0, 1.0, 1.0, 3.0)
+    assert spread([0.5]) == (0.5, 0.0, 0.5, 0.5)
+    with pytest.raises(ValueError):
+        spread([])
+
+
+def test_mean_over_seeds_of_last_half_and_speedup():
+    records = [
+        # 1 device: 2 s per epoch; seed 0 ends at (0.8 + 0.9) / 2, seed 1 at (0.6 + 0.7) / 2
+        rec("m", 1, 0, 1, 0.1, 2.0),
+        rec("m", 1, 0, 2, 0.8, 2.0),
+        rec("m", 1, 0, 3, 0.9, 2.0),
+        rec("m", 1, 1, 1, 0.1, 2.0),
+        rec("m", 1, 1, 2, 0.6, 2.0),
+        rec("m", 1, 1, 3, 0.7, 2.0),
+        # 4 devices: 1 s per epoch, a speed-up of 2, an efficiency of 50 %
+        rec("m", 4, 0, 1, 0.5, 1.0),
+        rec("m", 4, 0, 2, 0.5, 1.0),
+    ]
+    one, four = aggregate(records)
+    assert one.seeds == 2 and one.acc_mean == pytest.approx(0.75)
+    assert one.acc_std == pytest.approx(math.sqrt(0.02)) and one.acc_min == pytest.approx(0.65)
+    assert one.speedup == pytest.approx(1.0) and one.sec_per_epoch == pytest.approx(2.0)
+    assert four.speedup == pytest.approx(2.0) and four.efficiency == pytest.approx(0.5)
+    assert "50%" in table([one, four])
+
+
+def test_reference_gets_no_speedup():
+    (p,) = aggregate([rec("reference", 2, 0, 1, 0.5, 1.0)])
+    assert math.isnan(p.speedup)

@@ -1,0 +1,42 @@
+import pytest
+
+from companion.study.cli import main, parse_args
+from companion.study.driver import load_study
+
+pytestmark = pytest.mark.ch7
+
+
+def test_cli_writes_table_plots_and_reloads(tmp_path, capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    paths = main(
+        [
+            "--methods",
+            "split",
+            "--devices",
+            "1,2",
+            "--seeds",
+            "0",
+            "--epochs",
+            "1",
+            "--samples",
+            "128",
+            "--profile",
+            "ci",
+            "--out",
+            str(tmp_path),
+            "--no-progress",
+        ]
+    )
+    names = sorted(p.name for p in paths)
+    assert names == ["speedup.png", "study.csv", "study.json", "study.png", "table.txt"]
+    assert len(load_study(tmp_path / "study.csv")) == 2
+    assert "measured on:" in capsys.readouterr().out
+    again = main(["--plot-only", "--out", str(tmp_path)])
+    assert len(again) == 5
+
+
+def test_cli_rejects_unknown_methods():
+    with pytest.raises(SystemExit):
+        parse_args(["--methods", "nope"])

@@ -1,0 +1,40 @@
+import pytest
+
+from companion.study.analysis import aggregate
+from companion.study.driver import StudyRecord
+from companion.study.plots import plot_lr_scaling, plot_speedup, plot_study
+
+pytestmark = pytest.mark.ch7
+
+
+def test_plots_draw_every_method_and_the_ideal_line():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    records = [
+        StudyRecord(
+            m,
+            k,
+            1,
+            0.5 + 0.1 * k,
+            1.0 / k,
+            100.0 * k,
+            1.0,
+            "hw",
+            "ci",
+            seed=0,
+            global_batch=64 * k,
+            lr_rule=rule,
+        )
+        for m in ("a", "b")
+        for k in (1, 2, 4)
+        for rule in ("none", "linear")
+    ]
+    points = aggregate(records)
+    fig = plot_study(points, "t")
+    assert {t.get_text() for t in fig.axes[0].get_legend().get_texts()} == {"a", "b"}
+    fig = plot_speedup(points)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels[0] == "ideal" and fig.axes[0].lines[0].get_ydata().tolist() == [1, 2, 4]
+    fig = plot_lr_scaling([p for p in points if p.method == "a"])
+    assert len(fig.axes[0].get_legend().get_texts()) == 2
