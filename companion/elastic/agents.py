@@ -1,0 +1,98 @@
+"""Several torchrun agents on one machine, each standing for a node.
+
+Used in: chapter 8.
+
+A multi-node job runs one ``torchrun`` *agent* per node, all with the same
+rendezvous endpoint and job id; the agents meet there, agree on the ranks
+and start their workers. Nothing in that needs separate machines, so
+:func:`run_agents` starts ``nodes`` agents here, each in a session of its
+own, waits for all of them and returns what each printed; on a timeout it
+stops every agent *and* its workers. ``--nnodes=MIN:MAX`` makes the job
+elastic: when a node leaves, the others re-rendezvous and go on with fewer,
+down to ``MIN``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from typing import Sequence
+
+from ..core.checks import check_int, check_positive
+from ..runtime.torchrun import TorchrunResult, _stop_tree
+from .trainer import KILL_VAR
+
+__all__ = ["free_port", "agent_command", "run_agents"]
+
+# Quicker than the defaults (5 s keep-alives, 30 s last call) for a demonstration on one host.
+RDZV_CONF = "last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=3"
+
+
+def free_port() -> int:
+    """A TCP port that is free on this machine now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def agent_command(
+    nnodes: str,
+    nproc: int,
+    endpoint: str,
+    run_id: str,
+    args: Sequence[str] = (),
+    max_restarts: int = 0,
+    rdzv_conf: str = RDZV_CONF,
+) -> list[str]:
+    """One node's ``torchrun`` for a c10d rendezvous at ``endpoint``; ``nnodes`` "N" or "MIN:MAX"."""
+    check_int(nproc, "nproc")
+    check_int(max_restarts, "max_restarts", 0)
+    return [
+        "torchrun", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
+        f"--max-restarts={max_restarts}", "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}", f"--rdzv-conf={rdzv_conf}",
+        "-m", "companion.elastic", *map(str, args),
+    ]
+
+
+def run_agents(
+    commands: Sequence[list[str]],
+    *,
+    timeout: float = 120.0,
+    kill: dict[int, str] | None = None,
+) -> list[TorchrunResult]:
+    """Run one agent per command (``agent_command``) on this machine; their outputs.
+
+    ``kill`` maps an agent's index to ``ELASTIC_TEST_KILL`` for it (e.g.
+    ``{1: "node:30"}``: that node disappears after step 30). Agents start in
+    order; the workers use the loopback interface. After ``timeout``
+    seconds, every agent and its workers are stopped and ``TimeoutError``
+    raised.
+    """
+    check_positive(timeout, "timeout", "give the seconds the agents may run")
+    base = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    procs = []
+    for i, command in enumerate(commands):
+        env = {**base, KILL_VAR: (kill or {}).get(i, "")}
+        argv = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
+        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env, start_new_session=True))
+    deadline = time.monotonic() + timeout
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=max(0.1, deadline - time.monotonic())))
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            if proc.poll() is None:
+                _stop_tree(proc)
+        raise TimeoutError(
+            f"{len(commands)} agents did not finish within {timeout:g} s; they and their "
+            f"workers were stopped"
+        ) from None
+    return [TorchrunResult(shlex.join(c), p.returncode, out, err)
+            for c, p, (out, err) in zip(commands, procs, outputs)]
