@@ -26,7 +26,7 @@ from ..core.checks import check_int, check_positive
 from ..runtime.torchrun import TorchrunResult, _stop_tree
 from .trainer import KILL_VAR
 
-__all__ = ["free_port", "agent_command", "run_agents"]
+__all__ = ["free_port", "standalone_command", "agent_command", "run_agents"]
 
 # Quicker than the defaults (5 s keep-alives, 30 s last call) for a demonstration on one host.
 RDZV_CONF = "last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=3"
@@ -37,6 +37,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def standalone_command(nproc: int, args: Sequence[str] = (), max_restarts: int = 0) -> list[str]:
+    """``torchrun --standalone`` (one node) restarting failed workers ``max_restarts`` times."""
+    check_int(nproc, "nproc")
+    check_int(max_restarts, "max_restarts", 0)
+    return [
+        "torchrun", "--standalone", f"--nproc-per-node={nproc}",
+        f"--max-restarts={max_restarts}", "-m", "companion.elastic", *map(str, args),
+    ]
 
 
 def agent_command(
@@ -65,7 +75,7 @@ def run_agents(
     timeout: float = 120.0,
     kill: dict[int, str] | None = None,
 ) -> list[TorchrunResult]:
-    """Run one agent per command (``agent_command``) on this machine; their outputs.
+    """Run one agent per command (``agent_command``, ``standalone_command``) here; their outputs.
 
     ``kill`` maps an agent's index to ``ELASTIC_TEST_KILL`` for it (e.g.
     ``{1: "node:30"}``: that node disappears after step 30). Agents start in

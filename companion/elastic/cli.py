@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Train with DDP from the last snapshot; torchrun restarts the "
-        "workers when one fails. The global batch and lr do not depend on the "
+        "workers when one fails. SGD with momentum; the default lr is the "
+        "profile's times (1 - momentum). The global batch and lr do not depend on the "
         "number of processes, so a restart may change it.",
     )
     for action in ddp_parser()._actions:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
+import torch
 import torch.distributed as dist
 
 from ..core.checks import check_choice
@@ -35,11 +36,23 @@ def join_elastic(backend: str = "auto", timeout: float = 300.0) -> bool:
 
     Outside torchrun's restarts (no ``TORCHELASTIC_RESTART_COUNT``) this is
     :func:`~companion.runtime.group.init_from_env`, which also checks the
-    environment and says what is missing.
+    environment and says what is missing. An ``OMP_NUM_THREADS`` that
+    torchrun passes on is kept (it knows nothing of other agents on the
+    machine; ``join_group`` would give each worker the cores of the machine).
     """
     check_choice(backend, "backend", ["auto", "gloo", "nccl"])
+    threads = os.environ.get("OMP_NUM_THREADS")
     if dist.is_initialized() or "TORCHELASTIC_RESTART_COUNT" not in os.environ:
-        return init_from_env(backend, timeout)
+        joined = init_from_env(backend, timeout)
+    else:
+        joined = _join_attempt(backend, timeout)
+    if joined and threads:  # torchrun's OMP_NUM_THREADS wins: several agents may share a host
+        os.environ["OMP_NUM_THREADS"] = threads
+        torch.set_num_threads(int(threads))
+    return joined
+
+
+def _join_attempt(backend: str, timeout: float) -> bool:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_world = int(os.environ["LOCAL_WORLD_SIZE"])
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"

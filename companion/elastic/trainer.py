@@ -9,7 +9,9 @@ goes on from the step after it, with the same samples
 (:class:`~companion.elastic.sampler.ResumableSampler`), the same
 optimizer state, lr schedule and random numbers. The global batch is fixed
 (the per-rank batch follows the world size), and so is the lr; the lr warms
-up linearly over the first ``warmup_steps`` steps.
+up linearly over the first ``warmup_steps`` steps. SGD with momentum ``m``
+takes steps about ``1 / (1 - m)`` times larger than plain SGD, so the
+default lr is the profile's times ``1 - m``: chapter 5's effective step.
 
 Rank 0 writes a snapshot every ``snapshot_every`` steps and at the end of
 each epoch. ``ELASTIC_TEST_KILL=RANK:STEP`` (tests and chapter 8 only) makes
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import torch
@@ -31,6 +33,7 @@ from torch import nn
 from ..core.checks import check_int
 from ..core.data import Data
 from ..core.devices import hardware_label
+from ..core.profiles import get_profile
 from ..core.results import Record
 from ..core.training import Timer, flat_params, train_step
 from ..ddp.config import DDPConfig
@@ -124,10 +127,17 @@ def _kill_if_asked(step: int) -> None:
 
 
 def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticResult:
-    """Train with DDP from the last snapshot (or afresh); every rank calls it."""
+    """Train with DDP from the last snapshot (or afresh); every rank calls it.
+
+    ``cfg.max_steps`` stops the run after that many global steps as a crash
+    would, with no snapshot at that step (a resume starts from the last one).
+    """
     join_elastic()
     rank, world = dist.get_rank(), dist.get_world_size()
-    cfg, opts = cfg.resolve(world), opts.check()
+    opts = opts.check()
+    if cfg.lr is None:
+        cfg = replace(cfg, lr=round(get_profile(cfg.profile).lr * (1 - opts.momentum), 12))
+    cfg = cfg.resolve(world)
     config = _run_config(cfg, opts, data, world)
     snapshot = load_snapshot(opts.snapshot)
     if snapshot is not None:
@@ -172,9 +182,13 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
                     if writer is not None:
                         writer.add_scalar("train/loss", losses[-1][1], step)
                     _kill_if_asked(step)
+                    if step == cfg.max_steps:
+                        break
                     if step % opts.snapshot_every == 0 and i < last:
                         save(epoch, position)
                         say(f"snapshot: step {step}", flush=True)
+            if step == cfg.max_steps:  # stop here, as a crash would: no snapshot now
+                break
             test_acc = evaluate_distributed(net.module, data.test, device)
             position = 0
             save(epoch + 1, 0)
