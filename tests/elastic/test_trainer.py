@@ -67,7 +67,7 @@ def test_a_resume_in_one_process_restores_everything(one_process_group, tmp_path
 def test_another_runs_snapshot_is_refused(one_process_group, tmp_path):
     data, opts = small_data(), ElasticOptions(str(tmp_path / "s.pt"), snapshot_every=4)
     train_elastic(data, DDPConfig("ci", epochs=1, global_batch=64, max_steps=5), opts)
-    with pytest.raises(SnapshotError, match=r"another run \(lr: 0.1 -> 0.05\); run with the same"):
+    with pytest.raises(SnapshotError, match=r"another run \(lr: 0.01 -> 0.05\); run with the same"):
         train_elastic(data, DDPConfig("ci", epochs=1, global_batch=64, lr=0.05), opts)
     with pytest.raises(SnapshotError, match=r"global_batch: 64 -> 32"):
         train_elastic(data, DDPConfig("ci", epochs=1, global_batch=32), opts)
