@@ -10,14 +10,25 @@ the mistakes of a published torchrun job.
 """
 
 # Every module's public names, re-exported: ``from companion.elastic import ...``.
-from . import agents, cli, rendezvous, sampler, snapshot, trainer
+from . import agents, cli, launchers, rendezvous, sampler, snapshot, trainer
 from .agents import *  # noqa: F401,F403
 from .cli import *  # noqa: F401,F403
+from .launchers import *  # noqa: F401,F403
 from .rendezvous import *  # noqa: F401,F403
 from .sampler import *  # noqa: F401,F403
 from .snapshot import *  # noqa: F401,F403
 from .trainer import *  # noqa: F401,F403
 
 __all__ = list(
-    dict.fromkeys([*snapshot.__all__, *sampler.__all__, *rendezvous.__all__, *agents.__all__, *trainer.__all__, *cli.__all__])
+    dict.fromkeys(
+        [
+            *snapshot.__all__,
+            *sampler.__all__,
+            *rendezvous.__all__,
+            *agents.__all__,
+            *trainer.__all__,
+            *cli.__all__,
+            *launchers.__all__,
+        ]
+    )
 )

@@ -44,8 +44,13 @@ def standalone_command(nproc: int, args: Sequence[str] = (), max_restarts: int =
     check_int(nproc, "nproc")
     check_int(max_restarts, "max_restarts", 0)
     return [
-        "torchrun", "--standalone", f"--nproc-per-node={nproc}",
-        f"--max-restarts={max_restarts}", "-m", "companion.elastic", *map(str, args),
+        "torchrun",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        f"--max-restarts={max_restarts}",
+        "-m",
+        "companion.elastic",
+        *map(str, args),
     ]
 
 
@@ -62,10 +67,17 @@ def agent_command(
     check_int(nproc, "nproc")
     check_int(max_restarts, "max_restarts", 0)
     return [
-        "torchrun", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
-        f"--max-restarts={max_restarts}", "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={endpoint}", f"--rdzv-id={run_id}", f"--rdzv-conf={rdzv_conf}",
-        "-m", "companion.elastic", *map(str, args),
+        "torchrun",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc}",
+        f"--max-restarts={max_restarts}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={run_id}",
+        f"--rdzv-conf={rdzv_conf}",
+        "-m",
+        "companion.elastic",
+        *map(str, args),
     ]
 
 
@@ -89,8 +101,16 @@ def run_agents(
     for i, command in enumerate(commands):
         env = {**base, KILL_VAR: (kill or {}).get(i, "")}
         argv = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
-        procs.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=env, start_new_session=True))
+        procs.append(
+            subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                start_new_session=True,
+            )
+        )
     deadline = time.monotonic() + timeout
     outputs = []
     try:
@@ -104,5 +124,7 @@ def run_agents(
             f"{len(commands)} agents did not finish within {timeout:g} s; they and their "
             f"workers were stopped"
         ) from None
-    return [TorchrunResult(shlex.join(c), p.returncode, out, err)
-            for c, p, (out, err) in zip(commands, procs, outputs)]
+    return [
+        TorchrunResult(shlex.join(c), p.returncode, out, err)
+        for c, p, (out, err) in zip(commands, procs, outputs)
+    ]

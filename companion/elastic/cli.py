@@ -35,8 +35,16 @@ __all__ = ["build_parser", "main"]
 
 PROG = "torchrun --nproc-per-node=N --max-restarts=K -m companion.elastic"
 # companion.ddp's options that an elastic run keeps (the global batch and lr are fixed).
-KEPT = ("--profile", "--model", "--epochs", "--global-batch", "--lr", "--seed",
-        "--backend", "--timeout")
+KEPT = (
+    "--profile",
+    "--model",
+    "--epochs",
+    "--global-batch",
+    "--lr",
+    "--seed",
+    "--backend",
+    "--timeout",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,8 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
             parser._add_action(action)
     add = parser.add_argument
     add("--snapshot", required=True, help="snapshot file, on storage every node sees")
-    add("--snapshot-every", type=positive_arg(int), default=20,
-        help="steps between snapshots (20); one is also written after every epoch")
+    add(
+        "--snapshot-every",
+        type=positive_arg(int),
+        default=20,
+        help="steps between snapshots (20); one is also written after every epoch",
+    )
     add("--warmup-steps", type=int, default=10, help="linear lr warm-up steps (10)")
     add("--momentum", type=float, default=0.9, help="SGD momentum (0.9)")
     add("--log-dir", help="TensorBoard directory (rank 0 writes; never deleted)")
@@ -91,10 +103,18 @@ def main(argv: list[str] | None = None) -> int:
         data = load_data(profile, verbose=rank == 0)
         if rank == 0:
             dist.barrier()
-        cfg = DDPConfig(profile.name, args.model, args.global_batch, epochs=args.epochs,
-                        lr=args.lr, seed=args.seed, verbose=rank == 0)
-        opts = ElasticOptions(args.snapshot, args.snapshot_every, args.momentum,
-                              args.warmup_steps, args.log_dir)
+        cfg = DDPConfig(
+            profile.name,
+            args.model,
+            args.global_batch,
+            epochs=args.epochs,
+            lr=args.lr,
+            seed=args.seed,
+            verbose=rank == 0,
+        )
+        opts = ElasticOptions(
+            args.snapshot, args.snapshot_every, args.momentum, args.warmup_steps, args.log_dir
+        )
         result = train_elastic(data, cfg, opts)
         if rank == 0 and result.records:
             print(summarize(result.records), flush=True)

@@ -79,9 +79,7 @@ def global_batches(
     """
     check_int(world_size, "world_size")
     if global_batch % world_size:
-        raise ValueError(
-            f"global batch {global_batch} is not a multiple of {world_size} ranks"
-        )
+        raise ValueError(f"global batch {global_batch} is not a multiple of {world_size} ranks")
     per_rank = global_batch // world_size
     shares = []
     for rank in range(world_size):

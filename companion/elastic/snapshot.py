@@ -153,7 +153,8 @@ def check_resumable(snapshot: dict[str, Any], config: dict[str, Any]) -> None:
     """
     saved = snapshot["config"]
     differ = sorted(
-        k for k in set(saved) | set(config)
+        k
+        for k in set(saved) | set(config)
         if k not in RESUMABLE_CHANGES and saved.get(k) != config.get(k)
     )
     if differ:
@@ -176,14 +177,16 @@ def describe_snapshot(snapshot: dict[str, Any]) -> str:
     momentum = sum(1 for s in state.values() if s.get("momentum_buffer") is not None)
     config = snapshot["config"]
     rng = snapshot["rng"]
-    return "\n".join([
-        f"where:     epoch {snapshot['epoch']}, position {snapshot['position']} "
-        f"(samples into the epoch), after {snapshot['step']} global steps",
-        f"model:     {len(snapshot['model'])} tensors, "
-        f"{sum(t.numel() for t in snapshot['model'].values()):,} numbers",
-        f"optimizer: lr {snapshot['optimizer']['param_groups'][0]['lr']:.4g}, "
-        f"{momentum} momentum buffers",
-        f"scheduler: {snapshot['scheduler']['last_epoch']} steps taken",
-        f"rng:       python, torch CPU, {len(rng['cuda'])} CUDA device(s)",
-        "config:    " + ", ".join(f"{k}={v}" for k, v in sorted(config.items())),
-    ])
+    return "\n".join(
+        [
+            f"where:     epoch {snapshot['epoch']}, position {snapshot['position']} "
+            f"(samples into the epoch), after {snapshot['step']} global steps",
+            f"model:     {len(snapshot['model'])} tensors, "
+            f"{sum(t.numel() for t in snapshot['model'].values()):,} numbers",
+            f"optimizer: lr {snapshot['optimizer']['param_groups'][0]['lr']:.4g}, "
+            f"{momentum} momentum buffers",
+            f"scheduler: {snapshot['scheduler']['last_epoch']} steps taken",
+            f"rng:       python, torch CPU, {len(rng['cuda'])} CUDA device(s)",
+            "config:    " + ", ".join(f"{k}={v}" for k, v in sorted(config.items())),
+        ]
+    )

@@ -86,11 +86,19 @@ def warmup_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int):
 def _run_config(cfg: DDPConfig, opts: ElasticOptions, data: Data, world: int) -> dict:
     """The config stored in snapshots: what makes a run this run."""
     return {
-        "profile": cfg.profile, "dataset": data.name, "model": cfg.model,
-        "global_batch": cfg.global_batch, "lr": cfg.lr, "seed": cfg.seed,
-        "momentum": opts.momentum, "warmup_steps": opts.warmup_steps,
-        "epochs": cfg.epochs, "world_size": world, "per_rank_batch": cfg.per_rank_batch,
-        "log_dir": opts.log_dir, "snapshot_every": opts.snapshot_every,
+        "profile": cfg.profile,
+        "dataset": data.name,
+        "model": cfg.model,
+        "global_batch": cfg.global_batch,
+        "lr": cfg.lr,
+        "seed": cfg.seed,
+        "momentum": opts.momentum,
+        "warmup_steps": opts.warmup_steps,
+        "epochs": cfg.epochs,
+        "world_size": world,
+        "per_rank_batch": cfg.per_rank_batch,
+        "log_dir": opts.log_dir,
+        "snapshot_every": opts.snapshot_every,
     }
 
 
@@ -116,8 +124,7 @@ def _kill_if_asked(step: int) -> None:
     if not who or attempt() != 0 or int(at) != step:
         return
     if who == "node":
-        print(f"rank {dist.get_rank()}: killing its agent and itself after step {step}",
-              flush=True)
+        print(f"rank {dist.get_rank()}: killing its agent and itself after step {step}", flush=True)
         os.kill(os.getppid(), signal.SIGKILL)
     elif int(who) != dist.get_rank():
         return
@@ -154,16 +161,32 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
     if snapshot is not None:
         epoch, position, step = restore(snapshot, net, optimizer, scheduler)
     say = print if rank == 0 and cfg.verbose else lambda *a, **k: None
-    say(f"attempt {attempt()}: {world} processes, "
-        + (f"resumed from step {step} (epoch {epoch + 1}, position {position})"
-           if snapshot else "no snapshot, starting afresh"), flush=True)
+    say(
+        f"attempt {attempt()}: {world} processes, "
+        + (
+            f"resumed from step {step} (epoch {epoch + 1}, position {position})"
+            if snapshot
+            else "no snapshot, starting afresh"
+        ),
+        flush=True,
+    )
     writer = _open_writer(opts.log_dir, rank, step)
     records, losses, resumed_from = [], [], step
 
     def save(at_epoch: int, at_position: int) -> None:
         if rank == 0:
-            save_snapshot(make_snapshot(net, optimizer, scheduler, epoch=at_epoch,
-                          position=at_position, step=step, config=config), opts.snapshot)
+            save_snapshot(
+                make_snapshot(
+                    net,
+                    optimizer,
+                    scheduler,
+                    epoch=at_epoch,
+                    position=at_position,
+                    step=step,
+                    config=config,
+                ),
+                opts.snapshot,
+            )
 
     loss_fn = nn.CrossEntropyLoss()
     try:
@@ -193,11 +216,26 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
             position = 0
             save(epoch + 1, 0)
             if rank == 0:
-                records.append(Record("elastic DDP", world, epoch + 1, test_acc, timer.seconds,
-                                      len(sampler) * world / timer.seconds, losses[-1][1],
-                                      hardware_label(), cfg.profile, cfg.model, data.name))
-            say(f"epoch {epoch + 1}/{cfg.epochs}: test accuracy {test_acc:.4f}, "
-                f"snapshot: step {step}", flush=True)
+                records.append(
+                    Record(
+                        "elastic DDP",
+                        world,
+                        epoch + 1,
+                        test_acc,
+                        timer.seconds,
+                        len(sampler) * world / timer.seconds,
+                        losses[-1][1],
+                        hardware_label(),
+                        cfg.profile,
+                        cfg.model,
+                        data.name,
+                    )
+                )
+            say(
+                f"epoch {epoch + 1}/{cfg.epochs}: test accuracy {test_acc:.4f}, "
+                f"snapshot: step {step}",
+                flush=True,
+            )
     finally:
         if writer is not None:
             writer.close()
