@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from ..core.checks import check_int, check_positive
 from ..runtime.torchrun import TorchrunResult, _stop_tree

@@ -82,7 +82,7 @@ def check_entry_point(argv: list[str], world_sizes: list[int], path="") -> dict:
 def check_sbatch(path: str | Path, nodes: tuple[str, ...] = ("node1", "node2")) -> dict:
     """Run the batch script with stand-ins for ``srun``/``scontrol``; check what it launches."""
     path = Path(path)
-    header = dict(re.findall(r"^#SBATCH --([\w-]+)(?:=(\S+))?", path.read_text(), re.M))
+    header = dict(re.findall(r"^#SBATCH --([\w-]+)(?:=(\S+))?", path.read_text(), re.MULTILINE))
     n_nodes, gpus = int(header["nodes"]), int(header.get("gpus-per-node", 0))
     _fail_unless(
         header.get("ntasks-per-node") == "1",

@@ -18,7 +18,7 @@ size changed (a node left, say), as long as ``G`` stays a multiple of ``p``.
 from __future__ import annotations
 
 import math
-from typing import Iterator, Sized
+from collections.abc import Iterator, Sized
 
 import torch
 from torch.utils.data.distributed import DistributedSampler

@@ -42,7 +42,13 @@ from ..ddp.training import build_ddp
 from ..runtime.group import rank_device
 from .rendezvous import attempt, join_elastic
 from .sampler import ResumableSampler
-from .snapshot import check_resumable, load_snapshot, make_snapshot, restore, save_snapshot
+from .snapshot import (
+    check_resumable,
+    load_snapshot,
+    make_snapshot,
+    restore,
+    save_snapshot,
+)
 
 __all__ = ["ElasticOptions", "ElasticResult", "warmup_schedule", "train_elastic"]
 
@@ -59,7 +65,7 @@ class ElasticOptions:
     warmup_steps: int = 10  # linear lr warm-up
     log_dir: str | None = None  # TensorBoard, rank 0
 
-    def check(self) -> "ElasticOptions":
+    def check(self) -> ElasticOptions:
         check_int(self.snapshot_every, "snapshot_every")
         check_int(self.warmup_steps, "warmup_steps", 0)
         if not 0 <= self.momentum < 1:
@@ -157,14 +163,14 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
     net = build_ddp(cfg.model, device, X, y, cfg.lr, cfg.seed)
     optimizer = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=opts.momentum)
     scheduler = warmup_schedule(optimizer, opts.warmup_steps)
-    epoch, position, step = 0, 0, 0
+    first, position, step = 0, 0, 0
     if snapshot is not None:
-        epoch, position, step = restore(snapshot, net, optimizer, scheduler)
+        first, position, step = restore(snapshot, net, optimizer, scheduler)
     say = print if rank == 0 and cfg.verbose else lambda *a, **k: None
     say(
         f"attempt {attempt()}: {world} processes, "
         + (
-            f"resumed from step {step} (epoch {epoch + 1}, position {position})"
+            f"resumed from step {step} (epoch {first + 1}, position {position})"
             if snapshot
             else "no snapshot, starting afresh"
         ),
@@ -190,7 +196,7 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
 
     loss_fn = nn.CrossEntropyLoss()
     try:
-        for epoch in range(epoch, cfg.epochs):
+        for epoch in range(first, cfg.epochs):
             sampler.set_epoch(epoch, position)
             last = len(train_iter)
             with Timer(device) as timer:

@@ -1,9 +1,8 @@
 """Two torchrun agents on one machine act as two nodes: they train together as one group of 2, and
 with an elastic range (--nnodes=1:2) the job goes on alone when one node disappears."""
 import pytest
-from torch.testing import assert_close
-
 import torch
+from torch.testing import assert_close
 
 from companion.elastic import agent_command, free_port, run_agents
 

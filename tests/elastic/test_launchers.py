@@ -11,8 +11,13 @@ import pytest
 import yaml
 
 from companion.elastic import launchers
-from companion.elastic.launchers import (LAUNCH_DIR, LaunchFileError, check_pytorchjob,
-                                         check_sbatch, check_t9k_job)
+from companion.elastic.launchers import (
+    LAUNCH_DIR,
+    LaunchFileError,
+    check_pytorchjob,
+    check_sbatch,
+    check_t9k_job,
+)
 
 pytestmark = pytest.mark.ch8
 

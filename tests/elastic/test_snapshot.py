@@ -11,8 +11,16 @@ import torch
 from torch.testing import assert_close
 
 from companion.core import get_model
-from companion.elastic import (SnapshotError, check_resumable, describe_snapshot, load_snapshot,
-                               make_snapshot, restore, save_snapshot, warmup_schedule)
+from companion.elastic import (
+    SnapshotError,
+    check_resumable,
+    describe_snapshot,
+    load_snapshot,
+    make_snapshot,
+    restore,
+    save_snapshot,
+    warmup_schedule,
+)
 from companion.runtime import save_checkpoint
 
 pytestmark = pytest.mark.ch8

@@ -10,8 +10,13 @@ from torch.testing import assert_close
 
 from companion.core import load_data
 from companion.ddp import DDPConfig
-from companion.elastic import (ElasticOptions, SnapshotError, run_agents, standalone_command,
-                               train_elastic)
+from companion.elastic import (
+    ElasticOptions,
+    SnapshotError,
+    run_agents,
+    standalone_command,
+    train_elastic,
+)
 
 from .conftest import TIMEOUT, assert_no_process_left, final_model, snapshot_args
 
@@ -29,10 +34,10 @@ def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_parameters(tmp_p
     assert_no_process_left(str(path))
     assert_close(final_model(path), final_model(reference[0]), rtol=0, atol=0)
     # steps 21..30 ran twice, with the same losses; the rest once, as in the reference
-    losses = re.findall(r"^step (\d+) loss (\S+)$", run.stdout, re.M)
+    losses = re.findall(r"^step (\d+) loss (\S+)$", run.stdout, re.MULTILINE)
     assert [int(s) for s, _ in losses] == [*range(1, 31), *range(21, 127)]
     assert losses[20:30] == losses[30:40]
-    assert dict(losses) == dict(re.findall(r"^step (\d+) loss (\S+)$", reference[1], re.M))
+    assert dict(losses) == dict(re.findall(r"^step (\d+) loss (\S+)$", reference[1], re.MULTILINE))
 
 
 @pytest.fixture
