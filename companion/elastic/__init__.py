@@ -10,12 +10,13 @@ the mistakes of a published torchrun job.
 """
 
 # Every module's public names, re-exported: ``from companion.elastic import ...``.
-from . import agents, cli, launchers, rendezvous, sampler, snapshot, trainer
+from . import agents, cli, launchers, rendezvous, sampler, seed003, snapshot, trainer
 from .agents import *  # noqa: F401,F403
 from .cli import *  # noqa: F401,F403
 from .launchers import *  # noqa: F401,F403
 from .rendezvous import *  # noqa: F401,F403
 from .sampler import *  # noqa: F401,F403
+from .seed003 import *  # noqa: F401,F403
 from .snapshot import *  # noqa: F401,F403
 from .trainer import *  # noqa: F401,F403
 
@@ -29,6 +30,7 @@ __all__ = list(
             *trainer.__all__,
             *cli.__all__,
             *launchers.__all__,
+            *seed003.__all__,
         ]
     )
 )

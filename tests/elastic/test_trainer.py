@@ -1,6 +1,7 @@
 """Kill and resume under torchrun: a worker killed mid-epoch, the group restarted, training resumed
 from the last snapshot to the very parameters of an uninterrupted run; and, in one process, what a
 resume restores and which snapshots it refuses."""
+import logging
 import re
 
 import pytest
@@ -17,16 +18,28 @@ from companion.elastic import (
     standalone_command,
     train_elastic,
 )
+from companion.runtime import read_scalars
 
 from .conftest import TIMEOUT, assert_no_process_left, final_model, snapshot_args
 
 pytestmark = pytest.mark.ch8
 
 
+def quiet_read_scalars(log_dir):
+    logger = logging.getLogger("tensorboard")  # it warns when it purges steps: expected here
+    level, logger.level = logger.level, logging.ERROR
+    try:
+        return read_scalars(log_dir)
+    finally:
+        logger.setLevel(level)
+
+
 def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_parameters(tmp_path, reference):
     path = tmp_path / "snapshot.pt"
-    [run] = run_agents([standalone_command(2, snapshot_args(path), max_restarts=1)],
-                       timeout=TIMEOUT, kill={0: "1:30"})
+    logs = tmp_path / "logs"
+    argv = [*snapshot_args(path), "--log-dir", str(logs)]
+    [run] = run_agents([standalone_command(2, argv, max_restarts=1)], timeout=TIMEOUT,
+                       kill={0: "1:30"})
     run.check()
     lines = [line for line in run.stdout.splitlines() if not line.startswith("step ")]
     assert "rank 1: killed with SIGKILL after step 30" in lines
@@ -37,6 +50,8 @@ def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_parameters(tmp_p
     losses = re.findall(r"^step (\d+) loss (\S+)$", run.stdout, re.MULTILINE)
     assert [int(s) for s, _ in losses] == [*range(1, 31), *range(21, 127)]
     assert losses[20:30] == losses[30:40]
+    logged = quiet_read_scalars(logs)["train/loss"]  # the replayed steps purged: each step once
+    assert [step for step, _ in logged] == list(range(1, 127))
     assert dict(losses) == dict(re.findall(r"^step (\d+) loss (\S+)$", reference[1], re.MULTILINE))
 
 
