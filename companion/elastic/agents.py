@@ -81,6 +81,24 @@ def agent_command(
     ]
 
 
+def _wait_for_rendezvous(command: list[str], first: subprocess.Popen, deadline: float) -> None:
+    """Wait until the first agent listens at the endpoint: then it hosts the rendezvous.
+
+    Whichever agent binds the endpoint's port first hosts the rendezvous
+    store, and if that agent left, the others would lose the rendezvous.
+    """
+    endpoints = [a.split("=", 1)[1] for a in command if a.startswith("--rdzv-endpoint=")]
+    if not endpoints:
+        return
+    host, _, port = endpoints[0].rpartition(":")
+    while time.monotonic() < deadline and first.poll() is None:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
 def run_agents(
     commands: Sequence[list[str]],
     *,
@@ -91,13 +109,14 @@ def run_agents(
 
     ``kill`` maps an agent's index to ``ELASTIC_TEST_KILL`` for it (e.g.
     ``{1: "node:30"}``: that node disappears after step 30). Agents start in
-    order; the workers use the loopback interface. After ``timeout``
+    order, the others once the first listens at the rendezvous endpoint (so
+    the first hosts it); the workers use the loopback interface. After ``timeout``
     seconds, every agent and its workers are stopped and ``TimeoutError``
     raised.
     """
     check_positive(timeout, "timeout", "give the seconds the agents may run")
     base = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    procs = []
+    procs, deadline = [], time.monotonic() + timeout
     for i, command in enumerate(commands):
         env = {**base, KILL_VAR: (kill or {}).get(i, "")}
         argv = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
@@ -111,7 +130,8 @@ def run_agents(
                 start_new_session=True,
             )
         )
-    deadline = time.monotonic() + timeout
+        if i == 0 and len(commands) > 1:
+            _wait_for_rendezvous(command, procs[0], deadline)
     outputs = []
     try:
         for proc in procs:
