@@ -13,6 +13,7 @@ import companion.collectives as col
 import companion.core as core
 import companion.dataparallel as dp
 import companion.ddp as ddp
+import companion.elastic as el
 import companion.runtime as rt
 import companion.split as split
 
@@ -282,6 +283,13 @@ CASES = [
     ("bench unknown name", lambda t: bench_main("fastest"), ValueError, r"unknown benchmark 'fastest'; available: "),
     ("time_median repeats=0", lambda t: bench.time_median(lambda: None, repeats=0), ValueError, r"repeats must be an integer >= 1, got 0"),
     ("time_median warmup=-1", lambda t: bench.time_median(lambda: None, warmup=-1), ValueError, r"warmup must be an integer >= 0, got -1"),
+    ("ElasticOptions snapshot_every=0", lambda t: el.ElasticOptions("s.pt", snapshot_every=0).check(), ValueError, r"snapshot_every must be an integer >= 1, got 0"),
+    ("ElasticOptions momentum=1", lambda t: el.ElasticOptions("s.pt", momentum=1.0).check(), ValueError, r"momentum must be in \[0, 1\), got 1.0"),
+    ("load_snapshot of junk", lambda t: el.load_snapshot(write(t, "s.pt", b"junk")), el.SnapshotError, r"not a readable snapshot .*delete it to start afresh"),
+    ("ResumableSampler start past the end", lambda t: el.ResumableSampler(range(10), 2, 0).set_epoch(0, 11), ValueError, r"start 11 is past the end of the epoch \(10 positions\)"),
+    ("global_batches batch not a multiple", lambda t: el.global_batches(range(10), 3, 16, 0), ValueError, r"global batch 16 is not a multiple of 3 ranks"),
+    ("agent_command nproc=0", lambda t: el.agent_command("2", 0, "h:1", "job"), ValueError, r"nproc must be an integer >= 1, got 0"),
+    ("run_agents timeout=0", lambda t: el.run_agents([], timeout=0), ValueError, r"timeout must be"),
 ]
 
 
