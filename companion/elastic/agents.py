@@ -28,8 +28,10 @@ from .trainer import KILL_VAR
 
 __all__ = ["free_port", "standalone_command", "agent_command", "run_agents"]
 
-# Quicker than the defaults (5 s keep-alives, 30 s last call) for a demonstration on one host.
-RDZV_CONF = "last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=3"
+# The last call: how long a round that has its minimum of nodes waits for more (30 s by default).
+# Long enough for the second agent of a test to start, short enough for the restart after a
+# node left.
+RDZV_CONF = "last_call_timeout=10"
 
 
 def free_port() -> int:
