@@ -109,7 +109,10 @@ def check_sbatch(path: str | Path, nodes: tuple[str, ...] = ("node1", "node2")) 
             "SLURM_JOB_ID": "4242",
             "SLURM_JOB_NAME": header["job-name"],
         }
-        subprocess.run(["bash", str(path)], env=env, check=True, timeout=60, capture_output=True)
+        ran = subprocess.run(
+            ["bash", str(path)], env=env, timeout=60, capture_output=True, text=True
+        )
+        _fail_unless(ran.returncode == 0, path, f"the script failed: {ran.stderr[-500:]}")
         argv = [a.replace(tmp, "$HOME") for a in record.read_text().split("\0")[:-1]]
     return _check_torchrun(argv, n_nodes, gpus, path) | {"rendezvous host": nodes[0]}
 
