@@ -20,6 +20,8 @@ that uses it. Lower floors never import higher ones (``tests/test_layout.py``):
 * ``internals`` (chapter 6): ``naive``, ``hooks``, ``buckets``, ``care``,
   ``training``, ``sweep``, ``timeline`` (DDP rebuilt step by step)
 * ``study`` (chapter 7): the scaling study, ``python -m companion.study``
+* ``elastic`` (chapter 8): ``snapshot``, ``sampler``, ``trainer``, ``cli``
+  (``python -m companion.elastic``), ``agents``, ``launchers``, ``seed003``
 * ``bench``: benchmarks, ``python -m companion.bench --help``
 
 Every subpackage re-exports its public names: ``from companion.split import

@@ -14,6 +14,7 @@ import companion.core as core
 import companion.dataparallel as dp
 import companion.ddp as ddp
 import companion.internals as ic
+import companion.elastic as el
 import companion.runtime as rt
 import companion.split as split
 import companion.study as st
@@ -317,6 +318,13 @@ CASES = [
     ("study.per_doubling mismatched", lambda t: st.per_doubling([8], [1.0, 2.0]), ValueError, r"give matching devices"),
     ("study.warmup_lr step -1", lambda t: st.warmup_lr(-1, 0.1, 0.2, 4), ValueError, r"step must be an integer >= 0"),
     ("study.cli --methods nope", lambda t: st.parse_args(["--methods", "nope"]), SystemExit, r"2"),
+    ("ElasticOptions snapshot_every=0", lambda t: el.ElasticOptions("s.pt", snapshot_every=0).check(), ValueError, r"snapshot_every must be an integer >= 1, got 0"),
+    ("ElasticOptions momentum=1", lambda t: el.ElasticOptions("s.pt", momentum=1.0).check(), ValueError, r"momentum must be in \[0, 1\), got 1.0"),
+    ("load_snapshot of junk", lambda t: el.load_snapshot(write(t, "s.pt", b"junk")), el.SnapshotError, r"not a readable snapshot .*delete it to start afresh"),
+    ("ResumableSampler start past the end", lambda t: el.ResumableSampler(range(10), 2, 0).set_epoch(0, 11), ValueError, r"start 11 is past the end of the epoch \(10 positions\)"),
+    ("global_batches batch not a multiple", lambda t: el.global_batches(range(10), 3, 16, 0), ValueError, r"global batch 16 is not a multiple of 3 ranks"),
+    ("agent_command nproc=0", lambda t: el.agent_command("2", 0, "h:1", "job"), ValueError, r"nproc must be an integer >= 1, got 0"),
+    ("run_agents timeout=0", lambda t: el.run_agents([], timeout=0), ValueError, r"timeout must be"),
 ]
 
 

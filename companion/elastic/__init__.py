@@ -1,0 +1,36 @@
+"""Chapter 8: fault tolerance and many nodes.
+
+``torchrun --max-restarts=3 --nproc-per-node=2 -m companion.elastic --snapshot
+FILE`` runs :mod:`.cli`; :mod:`.snapshot` is what a restart needs,
+:mod:`.sampler` where it resumes in an epoch, :mod:`.rendezvous`
+how a restarted worker rejoins, :mod:`.trainer` the training
+loop, :mod:`.agents` runs several torchrun agents from Python,
+:mod:`.launchers` checks the launch files in ``launch/``, and :mod:`.seed003`
+the mistakes of a published torchrun job.
+"""
+
+# Every module's public names, re-exported: ``from companion.elastic import ...``.
+from . import agents, cli, launchers, rendezvous, sampler, seed003, snapshot, trainer
+from .agents import *  # noqa: F401,F403
+from .cli import *  # noqa: F401,F403
+from .launchers import *  # noqa: F401,F403
+from .rendezvous import *  # noqa: F401,F403
+from .sampler import *  # noqa: F401,F403
+from .seed003 import *  # noqa: F401,F403
+from .snapshot import *  # noqa: F401,F403
+from .trainer import *  # noqa: F401,F403
+
+__all__ = list(
+    dict.fromkeys(
+        [
+            *snapshot.__all__,
+            *sampler.__all__,
+            *rendezvous.__all__,
+            *agents.__all__,
+            *trainer.__all__,
+            *cli.__all__,
+            *launchers.__all__,
+            *seed003.__all__,
+        ]
+    )
+)

@@ -1,0 +1,152 @@
+"""Several torchrun agents on one machine, each standing for a node.
+
+Used in: chapter 8.
+
+A multi-node job runs one ``torchrun`` *agent* per node, all with the same
+rendezvous endpoint and job id; the agents meet there, agree on the ranks
+and start their workers. Nothing in that needs separate machines, so
+:func:`run_agents` starts ``nodes`` agents here, each in a session of its
+own, waits for all of them and returns what each printed; on a timeout it
+stops every agent *and* its workers. ``--nnodes=MIN:MAX`` makes the job
+elastic: when a node leaves, the others re-rendezvous and go on with fewer,
+down to ``MIN``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from ..core.checks import check_int, check_positive
+from ..runtime.torchrun import TorchrunResult, _stop_tree
+from .trainer import KILL_VAR
+
+__all__ = ["free_port", "standalone_command", "agent_command", "run_agents"]
+
+# The last call: how long a round that has its minimum of nodes waits for more (30 s by default).
+# Long enough for the second agent of a test to start, short enough for the restart after a
+# node left.
+RDZV_CONF = "last_call_timeout=10"
+
+
+def free_port() -> int:
+    """A TCP port that is free on this machine now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def standalone_command(nproc: int, args: Sequence[str] = (), max_restarts: int = 0) -> list[str]:
+    """``torchrun --standalone`` (one node) restarting failed workers ``max_restarts`` times."""
+    check_int(nproc, "nproc")
+    check_int(max_restarts, "max_restarts", 0)
+    return [
+        "torchrun",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        f"--max-restarts={max_restarts}",
+        "-m",
+        "companion.elastic",
+        *map(str, args),
+    ]
+
+
+def agent_command(
+    nnodes: str,
+    nproc: int,
+    endpoint: str,
+    run_id: str,
+    args: Sequence[str] = (),
+    max_restarts: int = 0,
+    rdzv_conf: str = RDZV_CONF,
+) -> list[str]:
+    """One node's ``torchrun`` for a c10d rendezvous at ``endpoint``; ``nnodes`` "N" or "MIN:MAX"."""
+    check_int(nproc, "nproc")
+    check_int(max_restarts, "max_restarts", 0)
+    return [
+        "torchrun",
+        f"--nnodes={nnodes}",
+        f"--nproc-per-node={nproc}",
+        f"--max-restarts={max_restarts}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={run_id}",
+        f"--rdzv-conf={rdzv_conf}",
+        "-m",
+        "companion.elastic",
+        *map(str, args),
+    ]
+
+
+def _wait_for_rendezvous(command: list[str], first: subprocess.Popen, deadline: float) -> None:
+    """Wait until the first agent listens at the endpoint: then it hosts the rendezvous.
+
+    Whichever agent binds the endpoint's port first hosts the rendezvous
+    store, and if that agent left, the others would lose the rendezvous.
+    """
+    endpoints = [a.split("=", 1)[1] for a in command if a.startswith("--rdzv-endpoint=")]
+    if not endpoints:
+        return
+    host, _, port = endpoints[0].rpartition(":")
+    while time.monotonic() < deadline and first.poll() is None:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
+def run_agents(
+    commands: Sequence[list[str]],
+    *,
+    timeout: float = 120.0,
+    kill: dict[int, str] | None = None,
+) -> list[TorchrunResult]:
+    """Run one agent per command (``agent_command``, ``standalone_command``) here; their outputs.
+
+    ``kill`` maps an agent's index to ``ELASTIC_TEST_KILL`` for it (e.g.
+    ``{1: "node:30"}``: that node disappears after step 30). Agents start in
+    order, the others once the first listens at the rendezvous endpoint (so
+    the first hosts it); the workers use the loopback interface. After ``timeout``
+    seconds, every agent and its workers are stopped and ``TimeoutError``
+    raised.
+    """
+    check_positive(timeout, "timeout", "give the seconds the agents may run")
+    base = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    procs, deadline = [], time.monotonic() + timeout
+    for i, command in enumerate(commands):
+        env = {**base, KILL_VAR: (kill or {}).get(i, "")}
+        argv = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
+        procs.append(
+            subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+                start_new_session=True,
+            )
+        )
+        if i == 0 and len(commands) > 1:
+            _wait_for_rendezvous(command, procs[0], deadline)
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=max(0.1, deadline - time.monotonic())))
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            if proc.poll() is None:
+                _stop_tree(proc)
+        raise TimeoutError(
+            f"{len(commands)} agents did not finish within {timeout:g} s; they and their "
+            f"workers were stopped"
+        ) from None
+    return [
+        TorchrunResult(shlex.join(c), p.returncode, out, err)
+        for c, p, (out, err) in zip(commands, procs, outputs)
+    ]

@@ -1,0 +1,126 @@
+"""The command line of ``companion.elastic``: the one entry point of every launcher.
+
+Used in: chapter 8.
+
+On one machine, restarting failed workers up to three times::
+
+    torchrun --standalone --nproc-per-node=2 --max-restarts=3 \\
+        -m companion.elastic --snapshot run/snapshot.pt
+
+On several machines, the same command after a rendezvous on one of them
+(``--nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT --rdzv-id=JOB``),
+which is what ``launch/slurm/train.sbatch`` and the Kubernetes manifests in
+``launch/kubernetes/`` run. Run ``python -m companion.elastic --help`` for the
+options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch.distributed as dist
+
+from ..core.checks import positive_arg
+from ..core.data import load_data
+from ..core.profiles import get_profile
+from ..core.results import save_records, summarize
+from ..ddp.cli import build_parser as ddp_parser
+from ..ddp.cli import check_options
+from ..ddp.config import DDPConfig
+from .rendezvous import join_elastic
+from .trainer import ElasticOptions, train_elastic
+
+__all__ = ["build_parser", "main"]
+
+PROG = "torchrun --nproc-per-node=N --max-restarts=K -m companion.elastic"
+# companion.ddp's options that an elastic run keeps (the global batch and lr are fixed).
+KEPT = (
+    "--profile",
+    "--model",
+    "--epochs",
+    "--global-batch",
+    "--lr",
+    "--seed",
+    "--backend",
+    "--timeout",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The options of ``python -m companion.elastic``: chapter 5's, plus snapshots."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Train with DDP from the last snapshot; torchrun restarts the "
+        "workers when one fails. SGD with momentum; the default lr is the "
+        "profile's times (1 - momentum). The global batch and lr do not depend on the "
+        "number of processes, so a restart may change it.",
+    )
+    for action in ddp_parser()._actions:
+        if set(action.option_strings) & set(KEPT):
+            parser._add_action(action)
+    add = parser.add_argument
+    add("--snapshot", required=True, help="snapshot file, on storage every node sees")
+    add(
+        "--snapshot-every",
+        type=positive_arg(int),
+        default=20,
+        help="steps between snapshots (20); one is also written after every epoch",
+    )
+    add("--warmup-steps", type=int, default=10, help="linear lr warm-up steps (10)")
+    add("--momentum", type=float, default=0.9, help="SGD momentum (0.9)")
+    add("--log-dir", help="TensorBoard directory (rank 0 writes; never deleted)")
+    add("--records", help="JSON file for the per-epoch records (rank 0, atomically)")
+    return parser
+
+
+def _check(args: argparse.Namespace) -> None:
+    args.checkpoint = None
+    check_options(args, int(os.environ.get("WORLD_SIZE", "1")))
+    if os.path.isdir(args.snapshot):
+        raise ValueError(
+            f"--snapshot {args.snapshot} is a directory; give a file name, "
+            f"e.g. {os.path.join(args.snapshot, 'snapshot.pt')}"
+        )
+    if args.warmup_steps < 0 or not 0 <= args.momentum < 1:
+        raise ValueError("--warmup-steps must be >= 0 and --momentum in [0, 1)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point in every process: check, join the group, train from the snapshot."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        _check(args)
+        started = join_elastic(args.backend, args.timeout)
+    except (ValueError, RuntimeError) as err:
+        parser.error(str(err))
+    rank = dist.get_rank()
+    try:
+        profile = get_profile(args.profile)
+        if rank != 0:
+            dist.barrier()  # rank 0 loads (or downloads) the data first, alone
+        data = load_data(profile, verbose=rank == 0)
+        if rank == 0:
+            dist.barrier()
+        cfg = DDPConfig(
+            profile.name,
+            args.model,
+            args.global_batch,
+            epochs=args.epochs,
+            lr=args.lr,
+            seed=args.seed,
+            verbose=rank == 0,
+        )
+        opts = ElasticOptions(
+            args.snapshot, args.snapshot_every, args.momentum, args.warmup_steps, args.log_dir
+        )
+        result = train_elastic(data, cfg, opts)
+        if rank == 0 and result.records:
+            print(summarize(result.records), flush=True)
+            if args.records:
+                save_records(result.records, args.records)
+    finally:
+        if started:
+            dist.destroy_process_group()
+    return 0

@@ -1,0 +1,192 @@
+"""Complete snapshots: everything a restarted run needs to go on as if nothing happened.
+
+Used in: chapter 8.
+
+A checkpoint of chapter 5 holds the model; a restarted run that loads only
+the model would reset the optimizer's momentum and the learning-rate
+schedule, start the epoch over and draw other random numbers, and end up
+somewhere else. A *snapshot* holds all of it:
+
+* the model (unwrapped), the optimizer and the lr scheduler;
+* where the run is: the epoch, the position within the epoch (samples
+  already consumed, see :mod:`companion.elastic.sampler`) and the global step;
+* the random states: Python's, torch's on the CPU and on every CUDA device;
+* the run's config, to refuse a snapshot from a different run.
+
+Rank 0 writes it atomically (:func:`~companion.core.files.atomic_write`:
+a temporary file, fsync, ``os.replace``), so a writer killed mid-save
+leaves the previous snapshot whole. Every rank loads it on start.
+
+A snapshot written with another world size is *resumed*, re-sharding the
+rest of the epoch over the new ranks, as long as the global batch is a
+multiple of the new world size; otherwise it is refused with an error
+saying so. Other differences in the config are refused.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..core.files import atomic_write
+from ..runtime.checkpoint import unwrap
+
+__all__ = [
+    "SnapshotError",
+    "RESUMABLE_CHANGES",
+    "rng_state",
+    "set_rng_state",
+    "make_snapshot",
+    "save_snapshot",
+    "load_snapshot",
+    "restore",
+    "check_resumable",
+    "describe_snapshot",
+]
+
+FORMAT = 1
+# Config entries that may differ between the run that wrote a snapshot and the one that
+# resumes it: more epochs, another world size (re-sharded), where the logs go.
+RESUMABLE_CHANGES = ("epochs", "world_size", "per_rank_batch", "log_dir", "snapshot_every")
+
+
+class SnapshotError(ValueError):
+    """A snapshot that cannot be read, or does not belong to this run."""
+
+
+def rng_state() -> dict[str, Any]:
+    """The random states of Python, torch's CPU generator and every CUDA device."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    return {"python": random.getstate(), "torch": torch.get_rng_state(), "cuda": cuda}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` captured (CUDA states on the GPUs there are)."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"][: torch.cuda.device_count()])
+
+
+def make_snapshot(
+    net: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    *,
+    epoch: int,
+    position: int,
+    step: int,
+    config: dict[str, Any],
+) -> dict[str, Any]:
+    """Everything to resume at ``(epoch, position)``, after ``step`` global steps."""
+    cpu = lambda state: {k: v.detach().cpu() for k, v in state.items()}  # noqa: E731
+    return {
+        "format": FORMAT,
+        "model": cpu(unwrap(net).state_dict()),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "epoch": epoch,
+        "position": position,
+        "step": step,
+        "rng": rng_state(),
+        "config": dict(config),
+    }
+
+
+def save_snapshot(snapshot: dict[str, Any], path: str | Path) -> Path:
+    """Write ``snapshot`` to ``path`` atomically (call it on rank 0 only); returns the path."""
+    return atomic_write(path, lambda f: torch.save(snapshot, f))
+
+
+def load_snapshot(path: str | Path) -> dict[str, Any] | None:
+    """The snapshot at ``path``, or ``None`` if there is none yet (a fresh run).
+
+    A file that is not a snapshot raises :class:`SnapshotError`; tensors are
+    read onto the CPU (``weights_only``: no code runs while loading).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise SnapshotError(f"{path} is a directory; give the snapshot's file name")
+    if not path.exists():
+        return None
+    try:
+        snapshot = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise SnapshotError(
+            f"{path} is not a readable snapshot ({type(err).__name__}); it may be "
+            f"another kind of file: delete it to start afresh, or point to the right file"
+        ) from err
+    if not isinstance(snapshot, dict) or snapshot.get("format") != FORMAT:
+        raise SnapshotError(
+            f"{path} is not a snapshot of this format (a chapter 5 checkpoint holds the "
+            f"model only); give a file written by save_snapshot, or another path"
+        )
+    return snapshot
+
+
+def restore(
+    snapshot: dict[str, Any],
+    net: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+) -> tuple[int, int, int]:
+    """Load ``snapshot`` into the model, optimizer, scheduler and RNGs: ``(epoch, position, step)``."""
+    unwrap(net).load_state_dict(snapshot["model"])
+    optimizer.load_state_dict(snapshot["optimizer"])
+    scheduler.load_state_dict(snapshot["scheduler"])
+    set_rng_state(snapshot["rng"])
+    return snapshot["epoch"], snapshot["position"], snapshot["step"]
+
+
+def check_resumable(snapshot: dict[str, Any], config: dict[str, Any]) -> None:
+    """Raise :class:`SnapshotError` unless this run (``config``) may resume ``snapshot``.
+
+    The world size may change when the global batch is a multiple of the new
+    one (the rest of the epoch is re-sharded); so may the epochs and where
+    logs go. Any other difference (model, global batch, lr, seed, ...) means
+    another run.
+    """
+    saved = snapshot["config"]
+    differ = sorted(
+        k
+        for k in set(saved) | set(config)
+        if k not in RESUMABLE_CHANGES and saved.get(k) != config.get(k)
+    )
+    if differ:
+        diffs = ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in differ)
+        raise SnapshotError(
+            f"the snapshot was written by another run ({diffs}); run with the same "
+            f"options, or give another snapshot path to start afresh"
+        )
+    world = config["world_size"]
+    if saved["global_batch"] % world:
+        raise SnapshotError(
+            f"the snapshot's global batch {saved['global_batch']} cannot be split "
+            f"over {world} processes; resume with a world size that divides it"
+        )
+
+
+def describe_snapshot(snapshot: dict[str, Any]) -> str:
+    """A few lines on what a snapshot holds."""
+    state = snapshot["optimizer"]["state"]
+    momentum = sum(1 for s in state.values() if s.get("momentum_buffer") is not None)
+    config = snapshot["config"]
+    rng = snapshot["rng"]
+    return "\n".join(
+        [
+            f"where:     epoch {snapshot['epoch']}, position {snapshot['position']} "
+            f"(samples into the epoch), after {snapshot['step']} global steps",
+            f"model:     {len(snapshot['model'])} tensors, "
+            f"{sum(t.numel() for t in snapshot['model'].values()):,} numbers",
+            f"optimizer: lr {snapshot['optimizer']['param_groups'][0]['lr']:.4g}, "
+            f"{momentum} momentum buffers",
+            f"scheduler: {snapshot['scheduler']['last_epoch']} steps taken",
+            f"rng:       python, torch CPU, {len(rng['cuda'])} CUDA device(s)",
+            "config:    " + ", ".join(f"{k}={v}" for k, v in sorted(config.items())),
+        ]
+    )

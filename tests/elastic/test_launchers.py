@@ -1,0 +1,106 @@
+"""The shipped launch files run the entry point the tests run, with consistent GPUs, processes,
+nodes and world sizes; each kind of inconsistency is caught with a message saying what to fix.
+
+No schema validator from the package registries knows these custom resources (kubernetes-validate
+covers Kubernetes' own kinds, not Kubeflow's PyTorchJob or TensorStack's PyTorchTrainingJob), so the
+fields are checked here, by reading them."""
+import copy
+import subprocess
+
+import pytest
+import yaml
+
+from companion.elastic import launchers
+from companion.elastic.launchers import (
+    LAUNCH_DIR,
+    LaunchFileError,
+    check_pytorchjob,
+    check_sbatch,
+    check_t9k_job,
+)
+
+pytestmark = pytest.mark.ch8
+
+SBATCH = LAUNCH_DIR / "slurm" / "train.sbatch"
+PYTORCHJOB = yaml.safe_load((LAUNCH_DIR / "kubernetes" / "pytorchjob.yaml").read_text())
+T9K = yaml.safe_load((LAUNCH_DIR / "kubernetes" / "t9k-pytorchtrainingjob.yaml").read_text())
+
+
+def test_the_slurm_script_starts_one_agent_per_node_with_the_rendezvous_on_the_first():
+    assert subprocess.run(["bash", "-n", str(SBATCH)]).returncode == 0
+    summary = check_sbatch(SBATCH)
+    assert summary["torchrun"] == ("torchrun --nnodes=2 --nproc-per-node=4 --max-restarts=3 "
+                                   "--rdzv-backend=c10d --rdzv-endpoint=node1:29500 --rdzv-id=4242")
+    assert summary["world sizes"] == [8] and summary["global batch"] % 8 == 0
+    assert summary["snapshot"] == "$HOME/runs/companion-elastic/snapshot.pt"
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("--gpus-per-node=4", "--gpus-per-node=2", "4 processes per node on 2 GPUs per node"),
+    ("--ntasks-per-node=1", "--ntasks-per-node=4", "--ntasks-per-node must be 1"),
+    ("--global-batch 512", "--global-batch 500", "not a multiple of the world size 8"),
+    ("--max-restarts=3", "--max-restarts=0", "--max-restarts > 0"),
+    ("-m companion.elastic", "-m companion.ddp", "not the entry point -m companion.elastic"),
+    ("--snapshot-every 200", "--snapshot-every 0", "options companion.elastic rejects"),
+])
+def test_an_inconsistent_slurm_script_is_caught(tmp_path, old, new, message):
+    broken = tmp_path / "train.sbatch"
+    broken.write_text(SBATCH.read_text().replace(old, new))
+    with pytest.raises(LaunchFileError, match=message.replace("(", r"\(")):
+        check_sbatch(broken)
+
+
+def test_the_pytorchjob_fits_every_world_size_of_its_elastic_range():
+    summary = check_pytorchjob(PYTORCHJOB)
+    assert summary["world sizes"] == [4, 8] and summary["nodes"] == "1..2"
+
+
+def broken(doc: dict, where: str, value) -> dict:
+    doc = copy.deepcopy(doc)
+    *path, last = where.split(".")
+    node = doc
+    for key in path:
+        node = node[int(key)] if key.isdigit() else node[key]
+    node[last] = value
+    return doc
+
+
+CONTAINER = "spec.pytorchReplicaSpecs.Worker.template.spec.containers.0"
+
+
+@pytest.mark.parametrize("where, value, message", [
+    ("spec.nprocPerNode", "3", "nprocPerNode 3 differs from the nvidia.com/gpu limit"),
+    ("spec.pytorchReplicaSpecs.Worker.replicas", 3, "outside minReplicas..maxReplicas 1..2"),
+    ("spec.elasticPolicy.maxReplicas", 3, "not a multiple of the world size 12"),
+    ("spec.elasticPolicy.maxRestarts", 0, "set maxRestarts > 0"),
+    (f"{CONTAINER}.command", ["python", "train.py"], "must start torchrun"),
+    (f"{CONTAINER}.volumeMounts", [], "is not on a mounted volume"),
+])
+def test_an_inconsistent_pytorchjob_is_caught(where, value, message):
+    with pytest.raises(LaunchFileError, match=message):
+        check_pytorchjob(broken(PYTORCHJOB, where, value))
+
+
+def test_seed_003s_job_done_correctly():
+    summary = check_t9k_job(T9K)
+    assert summary["world sizes"] == [4] and summary["log dir"] == "run/log"
+    node = T9K["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+    assert "--save_path" not in node["args"] and T9K["spec"]["torchrunConfig"]["maxRestarts"] == 3
+
+
+T9K_CONTAINER = "spec.replicaSpecs.0.template.spec.containers.0"
+
+
+@pytest.mark.parametrize("where, value, message", [
+    ("spec.torchrunConfig.procPerNode", "8", "procPerNode 8 differs from the nvidia.com/gpu limits"),
+    (f"{T9K_CONTAINER}.args", ["torch_mnist_trainingjob.py", "--log_dir", "log"], "not the entry point"),
+    ("spec.tensorboardSpec.logDir.pvc.0.subPath", ["./log"], "not the directory TensorBoard serves"),
+    (f"{T9K_CONTAINER}.workingDir", "/tmp", "is not on a mounted volume"),
+])
+def test_an_inconsistent_t9k_job_is_caught(where, value, message):
+    with pytest.raises(LaunchFileError, match=message):
+        check_t9k_job(broken(T9K, where, value))
+
+
+def test_the_launch_directory_is_the_repositorys():
+    assert launchers.LAUNCH_DIR.name == "launch" and SBATCH.exists()

@@ -1,0 +1,93 @@
+"""Kill and resume under torchrun: a worker killed mid-epoch, the group restarted, training resumed
+from the last snapshot to the very parameters of an uninterrupted run; and, in one process, what a
+resume restores and which snapshots it refuses."""
+import logging
+import re
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.testing import assert_close
+
+from companion.core import load_data
+from companion.ddp import DDPConfig
+from companion.elastic import (
+    ElasticOptions,
+    SnapshotError,
+    run_agents,
+    standalone_command,
+    train_elastic,
+)
+from companion.runtime import read_scalars
+
+from .conftest import TIMEOUT, assert_no_process_left, final_model, snapshot_args
+
+pytestmark = pytest.mark.ch8
+
+
+def quiet_read_scalars(log_dir):
+    logger = logging.getLogger("tensorboard")  # it warns when it purges steps: expected here
+    level, logger.level = logger.level, logging.ERROR
+    try:
+        return read_scalars(log_dir)
+    finally:
+        logger.setLevel(level)
+
+
+def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_parameters(tmp_path, reference):
+    path = tmp_path / "snapshot.pt"
+    logs = tmp_path / "logs"
+    argv = [*snapshot_args(path), "--log-dir", str(logs)]
+    [run] = run_agents([standalone_command(2, argv, max_restarts=1)], timeout=TIMEOUT,
+                       kill={0: "1:30"})
+    run.check()
+    lines = [line for line in run.stdout.splitlines() if not line.startswith("step ")]
+    assert "rank 1: killed with SIGKILL after step 30" in lines
+    assert "attempt 1: 2 processes, resumed from step 20 (epoch 1, position 1280)" in lines
+    assert_no_process_left(str(path))
+    assert_close(final_model(path), final_model(reference[0]), rtol=0, atol=0)
+    # steps 21..30 ran twice, with the same losses; the rest once, as in the reference
+    losses = re.findall(r"^step (\d+) loss (\S+)$", run.stdout, re.MULTILINE)
+    assert [int(s) for s, _ in losses] == [*range(1, 31), *range(21, 127)]
+    assert losses[20:30] == losses[30:40]
+    logged = quiet_read_scalars(logs)["train/loss"]  # the replayed steps purged: each step once
+    assert [step for step, _ in logged] == list(range(1, 127))
+    assert dict(losses) == dict(re.findall(r"^step (\d+) loss (\S+)$", reference[1], re.MULTILINE))
+
+
+@pytest.fixture
+def one_process_group():
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def small_data():
+    data = load_data("mnist-sample", verbose=False)
+    data.train.images, data.train.labels = data.train.images[:640], data.train.labels[:640]
+    data.test.images, data.test.labels = data.test.images[:100], data.test.labels[:100]
+    return data
+
+
+def test_a_resume_in_one_process_restores_everything(one_process_group, tmp_path):
+    data, cfg = small_data(), DDPConfig("ci", epochs=2, global_batch=64)
+    whole = train_elastic(data, cfg, ElasticOptions(str(tmp_path / "a.pt"), snapshot_every=4))
+    opts = ElasticOptions(str(tmp_path / "b.pt"), snapshot_every=4)
+    stopped = train_elastic(data, DDPConfig("ci", epochs=2, global_batch=64, max_steps=7), opts)
+    assert stopped.losses[-1][0] == 7 and torch.load(opts.snapshot, weights_only=True)["step"] == 4
+    resumed = train_elastic(data, cfg, opts)  # from step 4: steps 5-7 again, then the rest
+    assert resumed.resumed_from == 4 and resumed.losses[:3] == stopped.losses[4:]
+    assert_close(resumed.params, whole.params, rtol=0, atol=0)
+    snapshot = torch.load(tmp_path / "b.pt", weights_only=True)
+    assert (snapshot["epoch"], snapshot["position"], snapshot["step"]) == (2, 0, 20)
+    assert snapshot["scheduler"]["last_epoch"] == 20
+    assert all(s["momentum_buffer"] is not None for s in snapshot["optimizer"]["state"].values())
+
+
+def test_another_runs_snapshot_is_refused(one_process_group, tmp_path):
+    data, opts = small_data(), ElasticOptions(str(tmp_path / "s.pt"), snapshot_every=4)
+    train_elastic(data, DDPConfig("ci", epochs=1, global_batch=64, max_steps=5), opts)
+    with pytest.raises(SnapshotError, match=r"another run \(lr: 0.01 -> 0.05\); run with the same"):
+        train_elastic(data, DDPConfig("ci", epochs=1, global_batch=64, lr=0.05), opts)
+    with pytest.raises(SnapshotError, match=r"global_batch: 64 -> 32"):
+        train_elastic(data, DDPConfig("ci", epochs=1, global_batch=32), opts)
