@@ -15,7 +15,7 @@ import companion
 pytestmark = pytest.mark.book
 
 PACKAGE = Path(companion.__file__).resolve().parent
-FLOORS = {"core": 0, "runtime": 1, "split": 2, "collectives": 3, "dataparallel": 4, "ddp": 5, "bench": 9}
+FLOORS = {"core": 0, "runtime": 1, "split": 2, "collectives": 3, "dataparallel": 4, "ddp": 5, "troubleshoot": 9, "bench": 10}
 MAX_LINES = 300
 
 
