@@ -21,7 +21,7 @@ import argparse
 import os
 import re
 import signal
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -66,8 +66,8 @@ def _check_crash(crash_rank: int, step: int, how: str) -> None:
         raise ValueError(f"crash_rank and step must be integers >= 0, got {crash_rank!r}, {step!r}")
 
 
-_BLOCK = re.compile(r"^\[\d+\]:\n(.*?)(?=^\[\d+\]:|^-{10,}|^={10,})", re.S | re.M)
-_FIELD = re.compile(r"^  (\w+)\s*: (.*)$", re.M)
+_BLOCK = re.compile(r"^\[\d+\]:\n(.*?)(?=^\[\d+\]:|^-{10,}|^={10,})", re.DOTALL | re.MULTILINE)
+_FIELD = re.compile(r"^  (\w+)\s*: (.*)$", re.MULTILINE)
 
 
 def _parse_block(block: str) -> dict:

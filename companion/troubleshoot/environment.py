@@ -20,8 +20,8 @@ import os
 import re
 import sys
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 __all__ = ["temporary_env", "Captured", "captured_stderr", "masked"]
 

@@ -24,6 +24,7 @@ import os
 import tempfile
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -103,7 +104,7 @@ def diagnose(kind: str, debug: str = "OFF", timeout: float = 2.0) -> list[dict] 
             report = [f"{type(err).__name__}: {err}"]
             for rank in range(2):
                 path = os.path.join(logs, f"rank{rank}.log")
-                text = open(path).read().strip() if os.path.exists(path) else ""
+                text = Path(path).read_text().strip() if os.path.exists(path) else ""
                 if text:
                     report.append(f"stderr of rank {rank}:\n{text}")
             return "\n\n".join(report)

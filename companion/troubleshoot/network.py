@@ -19,9 +19,9 @@ starts a group on a given one.
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Iterator
 
 import torch.distributed as dist
 

@@ -67,6 +67,7 @@ def cuda_view(value: str | None, timeout: float = 60.0) -> dict:
         env["CUDA_VISIBLE_DEVICES"] = value
     done = subprocess.run(
         [sys.executable, "-c", _PROBE],
+        check=False,
         env=env,
         capture_output=True,
         text=True,
