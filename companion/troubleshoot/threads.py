@@ -65,7 +65,7 @@ def oversubscription(
     ``"cores // N"``: each uses :func:`threads_per_worker`. For each, the
     threads per worker, the threads in all, and the slowest worker's seconds.
     """
-    world_size = world_size or cores()
+    world_size = cores() if world_size is None else world_size
     if type(world_size) is not int or world_size < 1:
         raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
     if min(size, repeats) < 1:
