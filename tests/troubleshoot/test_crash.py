@@ -1,4 +1,5 @@
 """A rank that crashes: what launch raises and what torchrun's summary says."""
+
 import os
 import time
 

@@ -1,4 +1,5 @@
 """Variables for one run, a worker's stderr caught at the file-descriptor level, masking."""
+
 import os
 
 import pytest
@@ -38,5 +39,10 @@ def test_captured_stderr_catches_what_is_written_to_file_descriptor_2(tmp_path):
 
 
 def test_masked_replaces_ports_and_log_times_only():
-    text = "Connection closed by peer [127.0.0.1]:40146. [E1123 07:16:47.699 Gloo.cpp:68] port: 29500"
-    assert masked(text) == "Connection closed by peer [127.0.0.1]:PORT. [E<time> Gloo.cpp:68] port: PORT"
+    text = (
+        "Connection closed by peer [127.0.0.1]:40146. [E1123 07:16:47.699 Gloo.cpp:68] port: 29500"
+    )
+    assert (
+        masked(text)
+        == "Connection closed by peer [127.0.0.1]:PORT. [E<time> Gloo.cpp:68] port: PORT"
+    )

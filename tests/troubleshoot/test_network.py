@@ -1,4 +1,5 @@
 """A port in use, named by torch and explained by the launcher; GLOO_SOCKET_IFNAME."""
+
 import pytest
 
 from companion.collectives.tour import whoami

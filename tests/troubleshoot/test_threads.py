@@ -1,4 +1,5 @@
 """Oversubscription: the two settings really run with the threads they claim (no timing asserts)."""
+
 import pytest
 
 from companion.runtime.group import threads_per_worker
@@ -11,7 +12,9 @@ def test_every_core_against_a_share_of_the_cores():
     found = oversubscription(2, size=32, repeats=3)
     assert found["every core"]["threads per worker"] == cores()
     assert found["every core"]["threads in all"] == 2 * cores()
-    assert found["cores // N"]["threads per worker"] == threads_per_worker(2) == max(1, cores() // 2)
+    assert (
+        found["cores // N"]["threads per worker"] == threads_per_worker(2) == max(1, cores() // 2)
+    )
     assert all(v["seconds"] > 0 for v in found.values())
 
 

@@ -1,4 +1,5 @@
 """CUDA_VISIBLE_DEVICES: the renumbering rule, and what a fresh process sees."""
+
 import pytest
 import torch
 
