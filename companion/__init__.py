@@ -15,6 +15,7 @@ that uses it. Lower floors never import higher ones (``tests/test_layout.py``):
 * ``dataparallel`` (chapter 4): ``rebuild``, ``training``, ``pitfalls``
 * ``ddp`` (chapter 5): ``config``, ``training``, ``cli``
   (``python -m companion.ddp``), ``sampling``, ``detectors``, ``mistakes``
+* ``troubleshoot`` (appendix A): bounded demonstrations of what goes wrong
 * ``bench``: benchmarks, ``python -m companion.bench --help``
 
 Every subpackage re-exports its public names: ``from companion.split import
