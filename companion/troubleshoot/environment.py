@@ -2,9 +2,9 @@
 
 Used in: the troubleshooting appendix.
 
-Most distributed settings are environment variables read when a process
-group starts (``TORCH_DISTRIBUTED_DEBUG``, ``GLOO_SOCKET_IFNAME``,
-``NCCL_DEBUG``). :func:`~companion.runtime.launcher.launch` hands its workers
+Most distributed settings are environment variables, read when a process
+imports ``torch.distributed`` or starts a group (``TORCH_DISTRIBUTED_DEBUG``,
+``GLOO_SOCKET_IFNAME``, ``NCCL_DEBUG``). :func:`~companion.runtime.launcher.launch` hands its workers
 a copy of the launcher's environment, so setting a variable around one
 ``launch`` call is enough: :func:`temporary_env`.
 
