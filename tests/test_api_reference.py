@@ -18,7 +18,9 @@ SUBPACKAGES = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
 
 
 def listed() -> list[str]:
-    return re.findall(r"^```\{companion-package\}\s+companion\.(\w+)\s*$", PAGE.read_text(), re.M)
+    return re.findall(
+        r"^```\{companion-package\}\s+companion\.(\w+)\s*$", PAGE.read_text(), re.MULTILINE
+    )
 
 
 @pytest.fixture

@@ -12,20 +12,17 @@ pytestmark = pytest.mark.ch8
 def test_temporary_env_sets_unsets_and_restores_even_after_an_error(monkeypatch):
     monkeypatch.setenv("TS_KEPT", "before")
     monkeypatch.delenv("TS_NEW", raising=False)
-    with pytest.raises(KeyError):
-        with temporary_env(TS_KEPT=None, TS_NEW="x"):
-            assert "TS_KEPT" not in os.environ and os.environ["TS_NEW"] == "x"
-            raise KeyError("inside")
+    with pytest.raises(KeyError), temporary_env(TS_KEPT=None, TS_NEW="x"):
+        assert "TS_KEPT" not in os.environ and os.environ["TS_NEW"] == "x"
+        raise KeyError("inside")
     assert os.environ["TS_KEPT"] == "before" and "TS_NEW" not in os.environ
 
 
 def test_temporary_env_refuses_bad_names_and_values():
     with pytest.raises(ValueError, match="not an environment variable name"):
-        with temporary_env(**{"A-B": "1"}):
-            pass
+        temporary_env(**{"A-B": "1"}).__enter__()
     with pytest.raises(TypeError, match=r"OMP_NUM_THREADS='2'"):
-        with temporary_env(OMP_NUM_THREADS=2):
-            pass
+        temporary_env(OMP_NUM_THREADS=2).__enter__()
 
 
 def test_captured_stderr_catches_what_is_written_to_file_descriptor_2(tmp_path):
