@@ -69,3 +69,5 @@ def test_module_data_in_all_gets_an_entry_of_its_own(extension):
     assert "diagnose" not in extension.public_data("companion.troubleshoot.hangs")
     entry = "\n".join(extension._data("companion.troubleshoot.hangs", "KINDS"))
     assert ".. py:data:: KINDS" in entry and "``'skip'``" in entry
+    entry = "\n".join(extension._data("companion.runtime.group", "MASTER_ADDR"))
+    assert '``MASTER_ADDR = "127.0.0.1"``' in entry  # as written in the module

@@ -11,6 +11,7 @@ in the docstrings; anything else that does not resolve stays a warning.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import pkgutil
@@ -57,16 +58,28 @@ def _automodule(module: str, members: bool) -> list[str]:
     return ["```{eval-rst}", *rst, "```", ""]
 
 
+def _assigned(module: str, name: str) -> str | None:
+    """The source of the expression assigned to ``name`` at the top of ``module``, if found."""
+    found = importlib.import_module(module)
+    source = inspect.getsource(found)
+    for node in ast.parse(source).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(t, ast.Name) and t.id == name for t in targets) and node.value:
+            return ast.get_source_segment(source, node.value)
+    return None
+
+
 def _data(module: str, name: str) -> list[str]:
-    """A ``py:data`` entry for ``module.name``: its type, and its keys or its value."""
+    """A ``py:data`` entry for ``module.name``: its definition as written, or its keys."""
     value = getattr(importlib.import_module(module), name)
-    kind = type(value).__name__
-    if isinstance(value, dict):
-        text = f"A ``{kind}`` with the keys " + ", ".join(f"``{k!r}``" for k in value) + "."
-    elif isinstance(value, (str, int, float, tuple, list)) and len(repr(value)) < 200:
-        text = f"``{value!r}``"
+    written = _assigned(module, name)
+    written = " ".join(written.split()).replace("( ", "(").replace(" )", ")") if written else ""
+    if written and len(written) <= 120:
+        text = f"``{name} = {written}``"
+    elif isinstance(value, dict):
+        text = "A ``dict`` with the keys " + ", ".join(f"``{k!r}``" for k in value) + "."
     else:
-        text = f"A ``{kind}``."
+        text = f"A ``{type(value).__name__}``; see the module's source."
     return [f".. py:data:: {name}", f"   :module: {module}", "", f"   {text}", ""]
 
 
