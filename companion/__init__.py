@@ -22,6 +22,7 @@ that uses it. Lower floors never import higher ones (``tests/test_layout.py``):
 * ``study`` (chapter 7): the scaling study, ``python -m companion.study``
 * ``elastic`` (chapter 8): ``snapshot``, ``sampler``, ``trainer``, ``cli``
   (``python -m companion.elastic``), ``agents``, ``launchers``, ``seed003``
+* ``troubleshoot`` (appendix A): bounded demonstrations of what goes wrong
 * ``bench``: benchmarks, ``python -m companion.bench --help``
 
 Every subpackage re-exports its public names: ``from companion.split import

@@ -76,7 +76,7 @@ def stop(procs: list, wait_first: float = 0.0) -> None:
 def collect(procs: list, readers: list, deadline: float, timeout: float) -> list:
     """Every worker's result, in rank order; or the most telling failure, raised.
 
-    After the first failure the others get :data:`GRACE` seconds to report
+    After the first failure the others get ``GRACE`` seconds to report
     too, so that the message can list every rank's fate.
     """
     pids = [p.pid for p in procs]
