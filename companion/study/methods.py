@@ -1,4 +1,4 @@
-"""The methods of chapters 2-5, behind one signature: train one run from scratch.
+"""The methods of chapters 2-6, behind one signature: train one run from scratch.
 
 Used in: chapter 7.
 
@@ -29,6 +29,7 @@ from ..core.results import Record
 from ..core.training import check_lr, set_seed
 from ..dataparallel.training import train as train_dataparallel
 from ..ddp.training import ddp_worker
+from ..internals.training import internals_worker
 from ..runtime.launcher import launch
 from ..split.naive import train_batch
 from ..split.training import train as train_split
@@ -230,8 +231,26 @@ def run_ddp(spec: RunSpec) -> list[Record]:
     return outcomes[0].records
 
 
+def run_internals(spec: RunSpec) -> list[Record]:
+    """Chapter 6: DDP rebuilt by hand (buckets, hooks, overlap), one process per device."""
+    outcomes = launch(
+        internals_worker,
+        spec.n_devices,
+        spec.data,
+        spec.profile,
+        model=spec.model,
+        global_batch=spec.global_batch,
+        epochs=spec.epochs,
+        lr=spec.lr,
+        seed=spec.seed,
+        timeout=spec.timeout,
+    )
+    return outcomes[0].records
+
+
 register("reference", run_reference, chapter=1, warmup=True)
 register("split", run_split, chapter=2, warmup=True)
 register("allreduce", run_allreduce, chapter=3, processes=True)
 register("dataparallel", run_dataparallel, chapter=4)
 register("ddp", run_ddp, chapter=5, processes=True)
+register("internals", run_internals, chapter=6, processes=True)
