@@ -5,18 +5,19 @@ Used in: chapter 8.
 The job (a TensorStack ``PyTorchTrainingJob`` running an MNIST script under
 torchrun with ``maxRestarts: 3``) trains, and each mistake goes unnoticed:
 
-=======================================  ======================================  ==============
-mistake                                  shown by                                fixed in
-=======================================  ======================================  ==============
-``F.softmax`` before ``CrossEntropyLoss``  :func:`double_softmax`, and chapter 5's  ``check_logits``
-                                         ``train_with_mistake(.., "softmax")``
-every rank reads the whole data set      chapter 5: ``train_with_mistake(..,     ``DistributedSampler``
-                                         "no-sampler")``, ``check_disjoint_shards``
-lr times world size, no warm-up          :func:`lr_without_warmup`               ``warmup_schedule``
-rank 0 downloads "in advance", no        :func:`download_race` (a worker)        a barrier, an
-barrier                                                                          atomic download
-rank 0 deletes the TensorBoard dir       :func:`restarted_logs`                  ``purge_step``
-=======================================  ======================================  ==============
+* ``F.softmax`` before ``CrossEntropyLoss``: shown by :func:`double_softmax`
+  and chapter 5's ``train_with_mistake(.., "softmax")``; fixed by
+  ``check_logits``.
+* every rank reads the whole data set: shown in chapter 5
+  (``train_with_mistake(.., "no-sampler")``, ``check_disjoint_shards``);
+  fixed by ``DistributedSampler``.
+* lr times world size, no warm-up: shown by :func:`lr_without_warmup`;
+  fixed by ``warmup_schedule``.
+* rank 0 downloads "in advance", with no barrier: shown by
+  :func:`download_race` (a worker); fixed by a barrier and an atomic
+  download.
+* rank 0 deletes the TensorBoard directory: shown by
+  :func:`restarted_logs`; fixed by ``purge_step``.
 
 The measurements run in one process: DDP's step on a global batch is the
 single-process step on that batch (chapter 5), so the effect of an lr or a

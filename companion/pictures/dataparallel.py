@@ -38,8 +38,8 @@ class ForwardTrace(NamedTuple):
     replicas: list[tuple[str, bool]]  # each replica's device; whether it views net's tensors
     outputs: list[tuple[tuple[int, ...], str]]  # shape and device of each replica's output
     output: tuple[tuple[int, ...], str]  # the gathered output
-    steps: list[Span]  # the four steps, in the calling thread
-    threads: list[Span]  # each replica's call, in its own thread (named by the thread)
+    steps: list[tuple[str, float, float]]  # the four steps, in the calling thread
+    threads: list[tuple[str, float, float]]  # each replica's call, in its own named thread
 
 
 class _Timed:
