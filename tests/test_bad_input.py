@@ -3,7 +3,6 @@ expected error, message pattern). Every row calls a public function (or the comm
 this process; the process-group-dependent checks run before any collective, so no group is
 needed. A reader can scan the table to see what each function refuses and how."""
 import math
-import types
 
 import pytest
 import torch

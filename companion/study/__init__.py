@@ -11,15 +11,15 @@ from . import (
     projection,
     schedule,
 )
-from .analysis import *
-from .breakeven import *
-from .cli import *
-from .confounds import *
-from .driver import *
-from .methods import *
-from .plots import *
-from .projection import *
-from .schedule import *
+from .analysis import *  # noqa: F401,F403
+from .breakeven import *  # noqa: F401,F403
+from .cli import *  # noqa: F401,F403
+from .confounds import *  # noqa: F401,F403
+from .driver import *  # noqa: F401,F403
+from .methods import *  # noqa: F401,F403
+from .plots import *  # noqa: F401,F403
+from .projection import *  # noqa: F401,F403
+from .schedule import *  # noqa: F401,F403
 
 __all__ = list(
     dict.fromkeys(

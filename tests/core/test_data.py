@@ -1,7 +1,6 @@
 import pytest
 import torch
 
-from companion.core import data as data_mod
 from companion.core import DeviceLoader, data_loader, load_iters
 from companion.core import ImageSet, load_data, load_fashion_mnist, load_mnist_sample
 from companion.core import describe_setup, get_profile

@@ -1,6 +1,5 @@
 """Chapter 4: the pitfalls of nn.DataParallel and their helpers."""
 
-import os
 from pathlib import Path
 
 import pytest
