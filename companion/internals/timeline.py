@@ -107,14 +107,14 @@ def plot_timeline(timelines: dict[str, Sequence[Event]], title: str = ""):
             ax.broken_barh(
                 [(s * 1e3, (e - s) * 1e3)],
                 (0.1 + i * lane, lane * 0.9),
-                color=f"C{3 + i % 2}",
-                label="all-reduce" if i == 0 else None,
+                color="C3",
+                label="all-reduce (one lane each)" if i == 0 else None,
             )
         ax.set(yticks=[0.5, 1.5], yticklabels=["communication", "compute"])
         ax.set_title(variant, fontsize=10, loc="left")
         ax.grid(axis="x", alpha=0.3)
     handles = {h.get_label(): h for ax in axes[:, 0] for h in ax.get_legend_handles_labels()[0]}
-    order = [k for k in (*PHASES, "all-reduce") if k in handles]
+    order = [k for k in (*PHASES, "all-reduce (one lane each)") if k in handles]
     fig.legend(
         [handles[k] for k in order], order, loc="lower center", ncol=5, fontsize=8, frameon=False
     )

@@ -27,6 +27,7 @@ from ..core.checks import check_choice, check_int, check_not_empty
 from ..core.data import Data
 from ..core.devices import hardware_label
 from ..core.models import get_model
+from ..core.precision import MathMode
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
 from ..core.training import Timer, flat_params, set_seed, warm_up
@@ -83,6 +84,7 @@ def accumulation_step(
     optimizer: torch.optim.Optimizer,
     micro_batches: int = 1,
     no_sync: bool = True,
+    mode: MathMode | None = None,
 ) -> torch.Tensor:
     """One step over ``micro_batches`` slices of ``(X, y)``; returns the mean loss.
 
@@ -90,19 +92,29 @@ def accumulation_step(
     gradients are those of the mean loss over ``X``. With ``no_sync`` the
     first slices run inside ``net.no_sync()`` and only the last one
     communicates; without it every slice all-reduces its gradients.
+    ``mode`` (chapter 1's math precision; ``None``: plain fp32) runs forward
+    and loss under autocast and, for fp16, scales the loss: the buckets then
+    average scaled gradients, which the scaler unscales in its step.
     """
     check_int(micro_batches, "micro_batches")
     optimizer.zero_grad(set_to_none=True)
     pieces = list(zip(X.tensor_split(micro_batches), y.tensor_split(micro_batches)))
     total = torch.zeros((), device=X.device)
+    mode = mode or MathMode("fp32", X.device)
+    scale = mode.scaler.scale if mode.scaler else (lambda loss: loss)
     for i, (X_i, y_i) in enumerate(pieces):
         local = no_sync and i < len(pieces) - 1
         with net.no_sync() if local else nullcontext():
-            loss = loss_fn(net(X_i), y_i) * (len(y_i) / len(y))
-            loss.backward()
+            with mode.autocast():
+                loss = loss_fn(net(mode.layout(X_i)), y_i) * (len(y_i) / len(y))
+            scale(loss).backward()
         finish(net)
-        total += loss.detach()
-    optimizer.step()
+        total += loss.detach().float()
+    if mode.scaler:
+        mode.scaler.step(optimizer)
+        mode.scaler.update()
+    else:
+        optimizer.step()
     return total
 
 
@@ -128,8 +140,10 @@ def train_internals(
 
     ``options`` are fields of chapter 5's
     :class:`~companion.ddp.config.DDPConfig` (model, batch sizes, epochs, lr,
-    seed, max_steps). Same sampler, loader, evaluation and records as
-    ``train_ddp``; each step is :func:`accumulation_step`. Plain fp32.
+    seed, max_steps, precision, channels_last: the profile's by default, so
+    the ``gpu`` profile runs chapter 1's fast baseline). Same sampler, loader,
+    evaluation and records as ``train_ddp``; each step is
+    :func:`accumulation_step`.
     """
     check_choice(variant, "variant", VARIANTS)
     check_not_empty(data.train, "data.train", "give training samples")
@@ -140,11 +154,16 @@ def train_internals(
     train_iter = SampledLoader(data.train, sampler, cfg.per_rank_batch, device)
     set_seed(cfg.seed)
     net = get_model(cfg.model).to(device)
+    mode = MathMode(cfg.precision, device, cfg.channels_last)
+    if mode.channels_last:
+        net.to(memory_format=torch.channels_last)
     warm_up(net, *next(iter(train_iter)), cfg.lr)  # on a copy: one-off costs untimed
     net = wrap(net, variant, bucket_cap_mb)
     loss_fn = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(net.parameters(), lr=cfg.lr)
-    step = partial(accumulation_step, micro_batches=micro_batches, no_sync=no_sync)
+    step = partial(
+        accumulation_step, micro_batches=micro_batches, no_sync=no_sync, mode=mode
+    )
     record = partial(
         Record,
         variant,
@@ -153,6 +172,7 @@ def train_internals(
         profile=cfg.profile,
         model=cfg.model,
         dataset=data.name,
+        precision=str(mode),
     )
     records, steps = [], 0
     for epoch in range(cfg.epochs):

@@ -49,3 +49,20 @@ def test_every_variant_trains_like_one_process_on_the_global_batches(small):
     assert counts[2] > STEPS  # several buckets per step
     assert counts[3] == STEPS and counts[4] == 3 * STEPS  # one bucket; no_sync saves 2 of 3
     assert counts[5] is None  # torch's DDP does not count
+
+
+def test_mixed_precision_buckets_train_within_the_stated_tolerance_of_fp32(small):
+    """Chapter 1's precision switch in the rebuilt DDP: bf16, and fp16 whose scaled gradients the
+    buckets average before the scaler unscales them. Same tolerance as chapter 1's test: 0.05 in
+    mean training loss."""
+    common = {"variant": "BucketedDDP", "bucket_cap_mb": 0.05, "model": "lenet",
+              "global_batch": GLOBAL_BATCH, "lr": LR, "epochs": 2}
+    runs = [{**common, "precision": p, "channels_last": p != "fp32"} for p in ("fp32", "bf16", "fp16")]
+    results = launch(train_several, 2, small, runs, backend="gloo", timeout=300)
+    fp32, *mixed = results[0]
+    assert fp32.records[-1].precision == "fp32"
+    for run, got in zip(runs[1:], mixed):
+        assert got.records[-1].precision == f"{run['precision']}, channels_last"
+        assert not torch.equal(got.params, fp32.params)  # the switch really changed the math
+        torch.testing.assert_close(got.params, results[1][runs.index(run)].params)  # replicas agree
+        assert abs(got.records[-1].train_loss - fp32.records[-1].train_loss) < 0.05
