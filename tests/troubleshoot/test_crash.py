@@ -52,7 +52,9 @@ def test_torchrun_summary_shows_the_exception_of_the_crashed_rank():
     summary = failures(result.stderr)
     every = [summary["root cause"], *summary["others"]]
     crashed = [f for f in every if f["rank"] == 1]
-    assert crashed and crashed[0]["exitcode"] == 1
+    # Exit code 1 from the exception, or -6 when gloo aborts the process while it tears down a
+    # group whose peer is gone (seen once in CI with Python 3.12): either way the error is recorded.
+    assert crashed and crashed[0]["exitcode"] in (1, -6)
     assert crashed[0]["error"] == "RuntimeError: rank 1 crashed at step 2 (on purpose)"
     assert {f["rank"] for f in every} <= {0, 1}
 
