@@ -46,6 +46,7 @@ __all__ = [
     "run_allreduce",
     "run_dataparallel",
     "run_ddp",
+    "run_processes",
 ]
 
 
@@ -179,10 +180,10 @@ def run_split(spec: RunSpec) -> list[Record]:
     )
 
 
-def run_allreduce(spec: RunSpec) -> list[Record]:
-    """Chapter 3: one process per device, gradients averaged by the hand-written ring."""
+def run_processes(worker: Callable, spec: RunSpec) -> list[Record]:
+    """Rank 0's records of ``worker`` (chapters 3, 5, 6) on one process per device of ``spec``."""
     outcomes = launch(
-        train_worker,
+        worker,
         spec.n_devices,
         spec.data,
         spec.profile,
@@ -194,6 +195,11 @@ def run_allreduce(spec: RunSpec) -> list[Record]:
         timeout=spec.timeout,
     )
     return outcomes[0].records
+
+
+def run_allreduce(spec: RunSpec) -> list[Record]:
+    """Chapter 3: one process per device, gradients averaged by the hand-written ring."""
+    return run_processes(train_worker, spec)
 
 
 def run_dataparallel(spec: RunSpec) -> list[Record]:
@@ -216,36 +222,12 @@ def run_dataparallel(spec: RunSpec) -> list[Record]:
 
 def run_ddp(spec: RunSpec) -> list[Record]:
     """Chapter 5: ``DistributedDataParallel``, one process per device."""
-    outcomes = launch(
-        ddp_worker,
-        spec.n_devices,
-        spec.data,
-        spec.profile,
-        model=spec.model,
-        global_batch=spec.global_batch,
-        epochs=spec.epochs,
-        lr=spec.lr,
-        seed=spec.seed,
-        timeout=spec.timeout,
-    )
-    return outcomes[0].records
+    return run_processes(ddp_worker, spec)
 
 
 def run_internals(spec: RunSpec) -> list[Record]:
     """Chapter 6: DDP rebuilt by hand (buckets, hooks, overlap), one process per device."""
-    outcomes = launch(
-        internals_worker,
-        spec.n_devices,
-        spec.data,
-        spec.profile,
-        model=spec.model,
-        global_batch=spec.global_batch,
-        epochs=spec.epochs,
-        lr=spec.lr,
-        seed=spec.seed,
-        timeout=spec.timeout,
-    )
-    return outcomes[0].records
+    return run_processes(internals_worker, spec)
 
 
 register("reference", run_reference, chapter=1, warmup=True)
