@@ -1,4 +1,4 @@
-"""Used by every chapter: devices, profiles, data, models, one-device training, results, listings."""
+"""Used by every chapter: devices, profiles, data, models, one-device training, results, listings, whole lines."""
 
 # Every module's public names, re-exported: ``from companion.core import ...``.
 from . import (
@@ -7,6 +7,7 @@ from . import (
     data,
     devices,
     files,
+    lines,
     listing,
     loaders,
     models,
@@ -20,6 +21,7 @@ from .checks import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
 from .devices import *  # noqa: F401,F403
 from .files import *  # noqa: F401,F403
+from .lines import *  # noqa: F401,F403
 from .listing import *  # noqa: F401,F403
 from .loaders import *  # noqa: F401,F403
 from .models import *  # noqa: F401,F403
@@ -42,6 +44,7 @@ __all__ = list(
             *training.__all__,
             *results.__all__,
             *files.__all__,
+            *lines.__all__,
             *listing.__all__,
         ]
     )

@@ -16,6 +16,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .profiles import Profile, get_profile
+from .lines import say
 
 __all__ = [
     "ImageSet",
@@ -219,7 +220,7 @@ def load_data(
         except FileNotFoundError as err:
             if profile is None or profile.name != "cpu":
                 raise
-            print(
+            say(
                 f"Fashion-MNIST unavailable ({type(err).__name__}); "
                 "using the offline MNIST sample"
             )
@@ -230,5 +231,5 @@ def load_data(
             f"or 'synthetic'"
         )
     if verbose:
-        print(f"data: {data!r}")
+        say(f"data: {data!r}")
     return data

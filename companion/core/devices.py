@@ -17,6 +17,8 @@ from typing import Sequence
 
 import torch
 
+from .lines import say
+
 __all__ = [
     "Device",
     "gpu_count",
@@ -60,7 +62,7 @@ def try_devices(n: int, *, verbose: bool = True) -> list[torch.device]:
     else:
         devices = [torch.device("cpu")] * n
     if verbose:
-        print(describe_devices(devices))
+        say(describe_devices(devices))
     return devices
 
 

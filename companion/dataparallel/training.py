@@ -15,6 +15,7 @@ from typing import Sequence
 from torch import nn
 
 from ..core.devices import Device, as_devices, gpu_count
+from ..core.lines import say
 from ..core.profiles import Profile
 from ..core.results import Record
 from ..core.training import train as train_one_device
@@ -44,7 +45,7 @@ def wrap(
         why = "virtual devices: nn.DataParallel needs distinct GPUs"
         method = "DataParallel by hand (virtual)"
     if verbose:
-        print(f"{why}; training with DataParallelByHand on {len(devices)} device(s)")
+        say(f"{why}; training with DataParallelByHand on {len(devices)} device(s)")
     return DataParallelByHand(net, devices), method
 
 

@@ -24,6 +24,7 @@ import torch.distributed as dist
 from ..core.batches import rank_batch_size
 from ..core.checks import positive_arg
 from ..core.data import load_data
+from ..core.lines import say
 from ..core.models import get_model
 from ..core.profiles import get_profile
 from ..core.results import summarize
@@ -179,10 +180,10 @@ def main(argv: list[str] | None = None) -> int:
             verbose=rank == 0,
         )
         if rank == 0:
-            print(summarize(result.records))
+            say(summarize(result.records))
             for what, path in (("checkpoint", args.checkpoint), ("logs", args.log_dir)):
                 if path:
-                    print(f"{what}: {path}")
+                    say(f"{what}: {path}")
     finally:
         if started:
             dist.destroy_process_group()

@@ -36,6 +36,7 @@ from ..core.batches import rank_batch_size
 from ..core.checks import check_not_empty
 from ..core.data import Data
 from ..core.devices import hardware_label, model_device
+from ..core.lines import say
 from ..core.models import get_model
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
@@ -207,10 +208,9 @@ def train_ddp(data: Data, profile: Profile | str | None = None, **options) -> DD
 
 def _announce(cfg: DDPConfig, world_size: int) -> None:
     if cfg.verbose and dist.get_rank() == 0:
-        print(
+        say(
             f"DDP: {world_size} processes ({dist.get_backend()}), model {cfg.model}, "
-            f"global batch {world_size} x {cfg.per_rank_batch}, lr {cfg.lr:g}",
-            flush=True,
+            f"global batch {world_size} x {cfg.per_rank_batch}, lr {cfg.lr:g}"
         )
 
 
@@ -222,7 +222,7 @@ def _check(cfg: DDPConfig, traces: list[RankTrace], n: int, epochs: int) -> None
         raise MistakeDetected("; ".join(problems))
     if cfg.verbose and dist.get_rank() == 0:
         order = ", a new order every epoch" if epochs > 1 else ""
-        print(f"detectors: replicas identical, shares disjoint{order}", flush=True)
+        say(f"detectors: replicas identical, shares disjoint{order}")
 
 
 def _report(record: Record, cfg: DDPConfig, writer, net) -> None:
@@ -237,11 +237,10 @@ def _report(record: Record, cfg: DDPConfig, writer, net) -> None:
     if cfg.checkpoint is not None:
         save_checkpoint(net, cfg.checkpoint)  # the unwrapped model, atomically
     if cfg.verbose:
-        print(
+        say(
             f"epoch {record.epoch}/{cfg.epochs}: train loss {record.train_loss:.4f}, "
             f"test accuracy {record.test_acc:.4f}, {record.sec_per_epoch:.2f} s, "
-            f"{record.samples_per_sec:,.0f} samples/s",
-            flush=True,
+            f"{record.samples_per_sec:,.0f} samples/s"
         )
 
 

@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 from ..core.checks import positive_arg
 from ..core.data import load_data
+from ..core.lines import say
 from ..core.profiles import get_profile
 from ..core.results import save_records, summarize
 from ..ddp.cli import build_parser as ddp_parser
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         result = train_elastic(data, cfg, opts)
         if rank == 0 and result.records:
-            print(summarize(result.records), flush=True)
+            say(summarize(result.records))
             if args.records:
                 save_records(result.records, args.records)
     finally:

@@ -33,6 +33,7 @@ from torch import nn
 from ..core.checks import check_int
 from ..core.data import Data
 from ..core.devices import hardware_label
+from ..core.lines import say
 from ..core.profiles import get_profile
 from ..core.results import Record
 from ..core.training import Timer, flat_params, train_step
@@ -130,12 +131,12 @@ def _kill_if_asked(step: int) -> None:
     if not who or attempt() != 0 or int(at) != step:
         return
     if who == "node":
-        print(f"rank {dist.get_rank()}: killing its agent and itself after step {step}", flush=True)
+        say(f"rank {dist.get_rank()}: killing its agent and itself after step {step}")
         os.kill(os.getppid(), signal.SIGKILL)
     elif int(who) != dist.get_rank():
         return
     else:
-        print(f"rank {who}: killed with SIGKILL after step {step}", flush=True)
+        say(f"rank {who}: killed with SIGKILL after step {step}")
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -166,15 +167,14 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
     first, position, step = 0, 0, 0
     if snapshot is not None:
         first, position, step = restore(snapshot, net, optimizer, scheduler)
-    say = print if rank == 0 and cfg.verbose else lambda *a, **k: None
-    say(
+    log = say if rank == 0 and cfg.verbose else lambda *a: None
+    log(
         f"attempt {attempt()}: {world} processes, "
         + (
             f"resumed from step {step} (epoch {first + 1}, position {position})"
             if snapshot
             else "no snapshot, starting afresh"
-        ),
-        flush=True,
+        )
     )
     writer = _open_writer(opts.log_dir, rank, step)
     records, losses, resumed_from = [], [], step
@@ -207,7 +207,7 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
                     totals = torch.stack([loss, torch.tensor(float(len(y)), device=device)])
                     dist.all_reduce(totals)
                     losses.append((step, float(totals[0] / totals[1])))
-                    say(f"step {step} loss {losses[-1][1]:.4f}", flush=True)
+                    log(f"step {step} loss {losses[-1][1]:.4f}")
                     if writer is not None:
                         writer.add_scalar("train/loss", losses[-1][1], step)
                     _kill_if_asked(step)
@@ -215,7 +215,7 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
                         break
                     if step % opts.snapshot_every == 0 and i < last:
                         save(epoch, position)
-                        say(f"snapshot: step {step}", flush=True)
+                        log(f"snapshot: step {step}")
             if step == cfg.max_steps:  # stop here, as a crash would: no snapshot now
                 break
             test_acc = evaluate_distributed(net.module, data.test, device)
@@ -237,10 +237,9 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
                         data.name,
                     )
                 )
-            say(
+            log(
                 f"epoch {epoch + 1}/{cfg.epochs}: test accuracy {test_acc:.4f}, "
-                f"snapshot: step {step}",
-                flush=True,
+                f"snapshot: step {step}"
             )
     finally:
         if writer is not None:

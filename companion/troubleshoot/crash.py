@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from ..core.lines import say
 from ..runtime.group import init_from_env
 
 __all__ = ["HOWS", "crash_at_step", "failures", "main"]
@@ -112,5 +113,5 @@ def main(argv: Sequence[str] | None = None) -> None:
     init_from_env(backend="gloo", timeout=30.0)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     total = crash_at_step(rank, world_size, args.crash_rank, args.step, args.how)
-    print(f"rank {rank}: total {total}", flush=True)
+    say(f"rank {rank}: total {total}")
     dist.destroy_process_group()
