@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 NOTEBOOKS := $(wildcard book/*.ipynb)
 
-.PHONY: book test notebooks gpu-check clean
+.PHONY: book test notebooks profile-check gpu-check clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,16 @@ test: $(VENV)/.installed
 # For authors: re-run every chapter with the ci profile and commit the outputs.
 notebooks: $(VENV)/.installed
 	BOOK_PROFILE=ci $(BIN)/jupyter-execute --inplace --timeout=900 $(NOTEBOOKS)
+
+# Every chapter executed under a profile a reader uses (cpu by default: every reader
+# without a GPU) into _build/<profile>-check/, the committed ci outputs left alone.
+# Fails on a cell error, on anything written to stderr (warnings, progress bars),
+# on files left in a notebook's temporary directory, and on a self-check whose
+# verdict differs from the committed run. CI runs it for cpu (the offline sample
+# stands in for Fashion-MNIST without a network, as it does for readers).
+PROFILE ?= cpu
+profile-check: $(VENV)/.installed
+	BOOK_PROFILE=$(PROFILE) $(BIN)/python .ci/execute_notebooks.py --same-checks _build/$(PROFILE)-check $(NOTEBOOKS)
 
 # For a machine with one or more CUDA GPUs (not run by CI): the whole test suite,
 # gpu and multigpu tests included, then every chapter under the gpu profile into

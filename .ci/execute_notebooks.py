@@ -1,10 +1,31 @@
-"""Execute every chapter into a folder (the committed notebooks stay as they are).
+"""Execute chapters under the current profile into a folder, and judge the run.
 
-Used by ``make gpu-check``: ``python .ci/execute_notebooks.py OUT_DIR book/*.ipynb``.
-Every cell runs, even after an error, so one run lists every failing cell;
-the exit status is 1 if any cell raised, with each failure printed.
+Used by ``make profile-check`` and ``make gpu-check``::
+
+    python .ci/execute_notebooks.py [--same-checks] OUT_DIR book/*.ipynb
+
+The committed notebooks stay as they are. Every cell runs, even after an
+error, so one run lists every problem. A notebook fails when:
+
+* a cell raised;
+* a cell wrote to stderr (a warning or a progress bar: the pages promise none);
+* it left files in its temporary directory (each notebook's kernel gets a
+  fresh ``TMPDIR`` under OUT_DIR, checked empty once the kernel has exited);
+* with ``--same-checks``: a self-check printed another verdict than in the
+  committed notebook (run under ``ci``). A self-check is a printed
+  ``label: True`` or ``label: False``; it is matched by cell and by its label
+  with the numbers taken out, so "replayed steps, same losses: False" under
+  one profile fails where the committed run says True. Facts that are False
+  on purpose ("share memory: False") are False in both and pass.
+
+Each notebook's wall time is printed; the exit status is 1 on any failure.
 """
 
+from __future__ import annotations
+
+import os
+import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -12,26 +33,93 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+VERDICT = re.compile(r"([A-Za-z][^:|\n]*?):\s*(True|False)\b")
+NUMBER = re.compile(r"[-+]?\d[\d,.]*(e[-+]?\d+)?")
 
-def main(out_dir: str, *paths: str) -> int:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    failures = []
-    for path in paths:
-        nb = nbformat.read(path, as_version=4)
-        start = time.monotonic()
-        client = NotebookClient(nb, timeout=900, allow_errors=True, kernel_name="python3",
+
+def text_of(output: dict) -> str:
+    """The text a reader sees of one output (streams and plain results, not listings)."""
+    if output.get("output_type") == "stream":
+        return output.get("text", "")
+    if output.get("output_type") == "execute_result":
+        return "".join(output.get("data", {}).get("text/plain", ""))
+    return ""
+
+
+def verdicts(nb) -> dict[tuple[int, str], set[str]]:
+    """``(cell index, label without numbers) -> {"True", "False"}`` printed by each code cell."""
+    found: dict[tuple[int, str], set[str]] = {}
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for output in cell.get("outputs", []):
+            for label, verdict in VERDICT.findall(text_of(output)):
+                key = (i, NUMBER.sub("#", label.strip()))
+                found.setdefault(key, set()).add(verdict)
+    return found
+
+
+def problems_of(nb, committed, leftovers: list[str]) -> list[str]:
+    found = []
+    for i, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            if output.get("output_type") == "error":
+                found.append(f"cell {i}: {output['ename']}: {output['evalue'][:300]}")
+            elif output.get("output_type") == "stream" and output.get("name") == "stderr":
+                first = output.get("text", "").strip().splitlines()[:1]
+                found.append(f"cell {i} wrote to stderr: {first[0][:200] if first else '(blank)'}")
+    if committed is not None:
+        want = verdicts(committed)
+        for key, got in verdicts(nb).items():
+            if key in want and got != want[key]:
+                found.append(f"cell {key[0]}: self-check '{key[1]}' gave {sorted(got)}, "
+                             f"the committed run {sorted(want[key])}")
+    found += [f"left behind in its temporary directory: {name}" for name in leftovers]
+    return found
+
+
+def run(path: str, out: Path, same_checks: bool) -> list[str]:
+    nb = nbformat.read(path, as_version=4)
+    committed = nbformat.read(path, as_version=4) if same_checks else None
+    tmp = out / f"tmp-{Path(path).stem}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    saved = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(tmp.resolve())  # the kernel inherits it
+    start = time.monotonic()
+    try:
+        client = NotebookClient(nb, timeout=1800, allow_errors=True, kernel_name="python3",
                                 resources={"metadata": {"path": str(Path(path).parent)}})
         client.execute()
-        nbformat.write(nb, out / Path(path).name)
-        errors = [(i, o) for i, c in enumerate(nb.cells) if c.cell_type == "code"
-                  for o in c.get("outputs", []) if o.get("output_type") == "error"]
-        print(f"{path}: {len(errors)} cell error(s), {time.monotonic() - start:.0f} s", flush=True)
-        for i, o in errors:
-            failures.append(f"{path} cell {i}: {o['ename']}: {o['evalue'][:300]}")
-    print("\n".join(failures) or "every cell of every chapter ran without an error")
+    finally:
+        if saved is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved
+    seconds = time.monotonic() - start
+    nbformat.write(nb, out / Path(path).name)
+    leftovers = sorted(p.name for p in tmp.iterdir())
+    if not leftovers:
+        tmp.rmdir()
+    found = [f"{path} {p}" for p in problems_of(nb, committed, leftovers)]
+    print(f"{path}: {len(found)} problem(s), {seconds:.0f} s", flush=True)
+    return found
+
+
+def main(argv: list[str]) -> int:
+    same_checks = "--same-checks" in argv
+    args = [a for a in argv if a != "--same-checks"]
+    if len(args) < 2:
+        sys.exit("usage: execute_notebooks.py [--same-checks] OUT_DIR NOTEBOOK [NOTEBOOK ...]")
+    out = Path(args[0])
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    failures = [p for path in args[1:] for p in run(path, out, same_checks)]
+    print("\n".join(failures) or "every cell of every notebook ran cleanly"
+          + (", every self-check as in the committed run" if same_checks else ""))
+    print(f"{len(args) - 1} notebook(s) in {time.monotonic() - start:.0f} s")
     return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    sys.exit(main(sys.argv[1:]))
