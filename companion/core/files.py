@@ -1,4 +1,4 @@
-"""Atomic writes: a file is replaced whole or not at all.
+"""Atomic writes (a file is replaced whole or not at all) and scratch folders.
 
 Used in: every chapter that saves something (results, checkpoints).
 
@@ -10,12 +10,14 @@ killed writer could not remove are cleaned up by the next write.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, Callable
 
-__all__ = ["atomic_write"]
+__all__ = ["atomic_write", "scratch_dir"]
 
 _TMP_SUFFIX = ".tmp"
 
@@ -58,4 +60,17 @@ def atomic_write(
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return path
+
+
+def scratch_dir(prefix: str) -> Path:
+    """A new temporary folder, removed with everything in it when the process exits.
+
+    For a notebook's work files (checkpoints, logs, results): the kernel's exit
+    removes them even when a cell failed before the chapter's end.
+    """
+    if not prefix or os.sep in prefix:
+        raise ValueError(f"prefix must be a non-empty name without {os.sep!r}, got {prefix!r}")
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
     return path
