@@ -10,6 +10,11 @@ throughput at 1 device of the same method; the scaling efficiency is the
 speed-up over ``k``: 1 is the ideal (``k`` devices, ``k`` times the samples
 per second), and in strong scaling the speed-up is also the time per epoch
 at 1 device over the time at ``k``.
+
+Time is what load on the machine disturbs, so every point keeps the fastest
+and slowest epoch of all its seeds, and every speed-up the range those allow.
+A speed-up whose range is wider than its distance from 1 says nothing about
+speed: the table marks it instead of printing an efficiency.
 """
 
 from __future__ import annotations
@@ -39,8 +44,17 @@ class Point:
     acc_max: float
     sec_per_epoch: float
     samples_per_sec: float
+    sec_min: float  # the fastest epoch of every seed
+    sec_max: float  # the slowest
     speedup: float = float("nan")
     efficiency: float = float("nan")
+    speedup_min: float = float("nan")  # with the slowest epoch at k, the fastest at 1
+    speedup_max: float = float("nan")
+
+    @property
+    def noisy(self) -> bool:
+        """The speed-up's range is wider than its distance from 1 (no speed-up: False)."""
+        return self.speedup_max - self.speedup_min > abs(self.speedup - 1)
 
 
 def spread(values: Sequence[float]) -> tuple[float, float, float, float]:
@@ -65,16 +79,22 @@ def aggregate(records: Sequence[StudyRecord]) -> list[Point]:
         epochs = [r for run in by_seed.values() for r in run]
         seconds = sum(r.sec_per_epoch for r in epochs)
         samples = sum(r.samples_per_sec * r.sec_per_epoch for r in epochs)
+        acc_mean, acc_std, acc_min, acc_max = spread(accs)
         points.append(
             Point(
-                method,
-                k,
-                batch,
-                rule,
-                len(by_seed),
-                *spread(accs),
-                seconds / len(epochs),
-                samples / seconds,
+                method=method,
+                n_devices=k,
+                global_batch=batch,
+                lr_rule=rule,
+                seeds=len(by_seed),
+                acc_mean=acc_mean,
+                acc_std=acc_std,
+                acc_min=acc_min,
+                acc_max=acc_max,
+                sec_per_epoch=seconds / len(epochs),
+                samples_per_sec=samples / seconds,
+                sec_min=min(r.sec_per_epoch for r in epochs),
+                sec_max=max(r.sec_per_epoch for r in epochs),
             )
         )
     return speedups(points)
@@ -90,21 +110,33 @@ def speedups(points: Sequence[Point]) -> list[Point]:
             out.append(p)
             continue
         s = p.samples_per_sec / one.samples_per_sec
-        out.append(Point(**{**p.__dict__, "speedup": s, "efficiency": s / p.n_devices}))
+        # throughput scales as 1 / time: the extremes of each side bound the ratio
+        low = s * (p.sec_per_epoch / p.sec_max) * (one.sec_min / one.sec_per_epoch)
+        high = s * (p.sec_per_epoch / p.sec_min) * (one.sec_max / one.sec_per_epoch)
+        out.append(Point(**{**p.__dict__, "speedup": s, "efficiency": s / p.n_devices,
+                            "speedup_min": low, "speedup_max": high}))
     return sorted(out, key=lambda p: (p.method, p.lr_rule, p.n_devices, p.global_batch))
 
 
 def table(points: Sequence[Point]) -> str:
-    """The points as a text table, one line each."""
+    """The points as a text table, one line each.
+
+    s/epoch is the mean with the fastest and slowest epoch; the speed-up
+    (samples per second over 1 device's) has its range; "noise" replaces the
+    efficiency where that range is wider than the speed-up's distance from 1.
+    A standard deviation is shown only over two seeds or more.
+    """
     head = (
-        f"{'method':<13}{'devices':>8}{'batch':>7}{'lr rule':>8}{'seeds':>6}"
-        f"{'test acc':>9}{'(sd)':>8}{'s/epoch':>9}{'speed-up':>9}{'effic.':>8}"
+        f"{'method':<12}{'devices':>8}{'batch':>6}{'lr rule':>8}{'seeds':>6}"
+        f"{'test acc':>9}{'(sd)':>8}{'s/epoch':>8}{'[min-max]':>12}{'speed-up':>9}{'effic.':>7}"
     )
     lines = [head]
     for p in points:
+        sd = f"({p.acc_std:.3f})" if p.seeds > 1 else ""
+        effic = "noise" if p.noisy else f"{p.efficiency:.0%}"
         lines.append(
-            f"{p.method:<13}{p.n_devices:>8}{p.global_batch:>7}{p.lr_rule:>8}{p.seeds:>6}"
-            f"{p.acc_mean:>9.3f}{f'({p.acc_std:.3f})':>8}{p.sec_per_epoch:>9.3f}"
-            f"{p.speedup:>9.2f}{p.efficiency:>8.0%}"
+            f"{p.method:<12}{p.n_devices:>8}{p.global_batch:>6}{p.lr_rule:>8}{p.seeds:>6}"
+            f"{p.acc_mean:>9.3f}{sd:>8}{p.sec_per_epoch:>8.3f}"
+            f"{f'[{p.sec_min:.2f}-{p.sec_max:.2f}]':>12}{p.speedup:>9.2f}{effic:>7}"
         )
     return "\n".join(lines)

@@ -50,9 +50,11 @@ def plot_study(points: Sequence[Point], title: str = ""):
         err = [[p.acc_mean - p.acc_min for p in ps], [p.acc_max - p.acc_mean for p in ps]]
         style = dict(marker=marker, linestyle=dash, label=method, capsize=3)
         ax_acc.errorbar(xs, acc, yerr=err, **style)
-        ax_time.plot(xs, [p.sec_per_epoch for p in ps], marker=marker, linestyle=dash, label=method)
+        secs = [p.sec_per_epoch for p in ps]
+        spans = [[s - p.sec_min for s, p in zip(secs, ps)], [p.sec_max - s for s, p in zip(secs, ps)]]
+        ax_time.errorbar(xs, secs, yerr=spans, **style)
     ax_acc.set_ylabel("test accuracy\n(mean over seeds, bar: range)")
-    ax_time.set_ylabel("seconds per epoch")
+    ax_time.set_ylabel("seconds per epoch\n(mean, bar: fastest to slowest)")
     ax_time.set_ylim(bottom=0)
     counts = {p.n_devices for p in points}
     return _finish(fig, (ax_acc, ax_time), title, "number of devices", counts)
@@ -70,9 +72,11 @@ def plot_speedup(points: Sequence[Point], title: str = ""):
     for i, (method, ps) in enumerate(_by(measured, lambda p: p.method).items()):
         marker, dash = _STYLES[i % len(_STYLES)]
         ks = [p.n_devices for p in ps]
-        ax_s.plot(ks, [p.speedup for p in ps], marker=marker, linestyle=dash, label=method)
+        spans = [[q.speedup - q.speedup_min for q in ps], [q.speedup_max - q.speedup for q in ps]]
+        ax_s.errorbar(ks, [p.speedup for p in ps], yerr=spans, marker=marker, linestyle=dash,
+                      label=method, capsize=3)
         ax_e.plot(ks, [p.efficiency for p in ps], marker=marker, linestyle=dash, label=method)
-    ax_s.set_ylabel("speed-up over 1 device\n(samples per second)")
+    ax_s.set_ylabel("speed-up over 1 device\n(samples/s; bar: range of epochs)")
     ax_e.set_ylabel("scaling efficiency\n(speed-up / devices)")
     ax_s.set_ylim(bottom=0)
     ax_e.set_ylim(0, 1.1)

@@ -45,3 +45,32 @@ def test_mean_over_seeds_of_last_half_and_speedup():
 def test_reference_gets_no_speedup():
     (p,) = aggregate([rec("reference", 2, 0, 1, 0.5, 1.0)])
     assert math.isnan(p.speedup)
+
+
+def test_a_speedup_carries_the_range_its_slowest_and_fastest_epochs_allow():
+    records = [rec("m", 1, 0, 1, 0.5, 2.0), rec("m", 1, 0, 2, 0.5, 2.2),
+               rec("m", 2, 0, 1, 0.5, 1.0), rec("m", 2, 0, 2, 0.5, 1.1)]
+    one, two = aggregate(records)
+    assert (one.sec_min, one.sec_max) == (2.0, 2.2) and (two.sec_min, two.sec_max) == (1.0, 1.1)
+    assert two.speedup == pytest.approx(2.1 / 1.05)
+    assert two.speedup_min == pytest.approx(2.0 / 1.1) and two.speedup_max == pytest.approx(2.2 / 1.0)
+    assert not two.noisy  # 1.82..2.2 is further from 1 than it is wide
+    row = table([one, two]).splitlines()[2]
+    assert "[1.00-1.10]" in row and row.endswith("100%")
+
+
+def test_a_speedup_made_by_one_slow_epoch_is_marked_noise_not_printed_as_an_efficiency():
+    # the case: one 1-device epoch slowed by load (3.8 s against 0.35 s)
+    records = [rec("internals", 1, 0, 1, 0.5, 0.35), rec("internals", 1, 0, 2, 0.5, 3.8),
+               rec("internals", 2, 0, 1, 0.5, 0.33), rec("internals", 2, 0, 2, 0.5, 0.32)]
+    _, two = aggregate(records)
+    assert two.speedup > 6 and two.noisy
+    row = table([two]).splitlines()[1]
+    assert row.endswith("noise") and "%" not in row
+
+
+def test_one_seed_prints_no_standard_deviation():
+    (p,) = aggregate([rec("m", 1, 0, 1, 0.5, 1.0)])
+    assert "(0.000)" not in table([p])
+    two_seeds = aggregate([rec("m", 1, 0, 1, 0.5, 1.0), rec("m", 1, 1, 1, 0.7, 1.0)])
+    assert "(0.141)" in table(two_seeds)
