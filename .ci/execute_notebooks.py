@@ -10,7 +10,8 @@ error, so one run lists every problem. A notebook fails when:
 * a cell raised;
 * a cell wrote to stderr (a warning or a progress bar: the pages promise none);
 * it left files in its temporary directory (each notebook's kernel gets a
-  fresh ``TMPDIR`` under OUT_DIR, checked empty once the kernel has exited);
+  fresh ``TMPDIR`` under OUT_DIR, checked empty once the kernel has exited;
+  torch's compile cache is no leftover);
 * with ``--same-checks``: a self-check printed another verdict than in the
   committed notebook (run under ``ci``). A self-check is a printed
   ``label: True`` or ``label: False``; it is matched by cell and by its label
@@ -32,9 +33,11 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from traitlets.config import Config
 
 VERDICT = re.compile(r"([A-Za-z][^:|\n]*?):\s*(True|False)\b")
 NUMBER = re.compile(r"[-+]?\d[\d,.]*(e[-+]?\d+)?")
+CACHES = ("torchinductor_",)  # torch's compile cache, shared by every torch program
 
 
 def text_of(output: dict) -> str:
@@ -65,9 +68,11 @@ def problems_of(nb, committed, leftovers: list[str]) -> list[str]:
         for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
             if output.get("output_type") == "error":
                 found.append(f"cell {i}: {output['ename']}: {output['evalue'][:300]}")
-            elif output.get("output_type") == "stream" and output.get("name") == "stderr":
-                first = output.get("text", "").strip().splitlines()[:1]
-                found.append(f"cell {i} wrote to stderr: {first[0][:200] if first else '(blank)'}")
+        errs = [o.get("text", "") for o in cell.get("outputs", []) if cell.cell_type == "code"
+                and o.get("output_type") == "stream" and o.get("name") == "stderr"]
+        if errs:
+            first = next((t.strip().splitlines()[0] for t in errs if t.strip()), "(blank)")
+            found.append(f"cell {i} wrote to stderr ({len(errs)} time(s)): {first[:200]}")
     if committed is not None:
         want = verdicts(committed)
         for key, got in verdicts(nb).items():
@@ -81,26 +86,20 @@ def problems_of(nb, committed, leftovers: list[str]) -> list[str]:
 def run(path: str, out: Path, same_checks: bool) -> list[str]:
     nb = nbformat.read(path, as_version=4)
     committed = nbformat.read(path, as_version=4) if same_checks else None
-    tmp = out / f"tmp-{Path(path).stem}"
+    tmp = (out / f"tmp-{Path(path).stem}").resolve()
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    saved = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = str(tmp.resolve())  # the kernel inherits it
+    patient = Config()
+    patient.KernelManager.shutdown_wait_time = 60.0  # exit by itself, atexit handlers run
+    client = NotebookClient(nb, config=patient, timeout=1800, allow_errors=True,
+                            kernel_name="python3",
+                            resources={"metadata": {"path": str(Path(path).parent)}})
     start = time.monotonic()
-    try:
-        client = NotebookClient(nb, timeout=1800, allow_errors=True, kernel_name="python3",
-                                resources={"metadata": {"path": str(Path(path).parent)}})
-        client.execute()
-    finally:
-        if saved is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = saved
+    client.execute(env={**os.environ, "TMPDIR": str(tmp)})  # the kernel's, not ours
     seconds = time.monotonic() - start
     nbformat.write(nb, out / Path(path).name)
-    leftovers = sorted(p.name for p in tmp.iterdir())
-    if not leftovers:
-        tmp.rmdir()
+    leftovers = sorted(p.name for p in tmp.iterdir() if not p.name.startswith(CACHES))
+    shutil.rmtree(tmp, ignore_errors=True)
     found = [f"{path} {p}" for p in problems_of(nb, committed, leftovers)]
     print(f"{path}: {len(found)} problem(s), {seconds:.0f} s", flush=True)
     return found

@@ -45,7 +45,7 @@ def test_errors_stderr_and_leftover_files_fail_the_run():
         "stream", name="stderr", text="epoch 1: 100%|##########| 63/63\n")]))
     problems = judge.problems_of(run, None, ["ch07-abc"])
     assert len(problems) == 3
-    assert "ZeroDivisionError" in problems[0] and "stderr: epoch 1: 100%" in problems[1]
+    assert "ZeroDivisionError" in problems[0] and "stderr (1 time(s)): epoch 1: 100%" in problems[1]
     assert "ch07-abc" in problems[2]
 
 
@@ -61,3 +61,12 @@ def test_a_run_that_leaves_files_or_raises_exits_1(tmp_path):
     assert judge.main(["--same-checks", str(tmp_path / "out"), str(book)]) == 1
     problems = judge.run(str(book), tmp_path / "out2", same_checks=True)
     assert any("stray" in p for p in problems) and any("claim" in p for p in problems)
+
+
+def test_a_scratch_folder_is_gone_after_the_kernel_and_two_notebooks_keep_their_own_tmp(tmp_path):
+    cells = [new_code_cell("import torch\nfrom companion.core import scratch_dir\n"
+                           "(scratch_dir('ch99-') / 'f').write_text('x')")]
+    for name in ("a", "b"):
+        nbformat.write(new_notebook(cells=cells), tmp_path / f"{name}.ipynb")
+    assert judge.main([str(tmp_path / "out"), str(tmp_path / "a.ipynb"), str(tmp_path / "b.ipynb")]) == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.ipynb", "b.ipynb"]

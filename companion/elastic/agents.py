@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 
 from ..core.checks import check_int, check_positive
-from ..runtime.torchrun import TorchrunResult, _stop_tree
+from ..runtime.torchrun import TorchrunResult, _stop_tree, private_tmpdir
 from .trainer import KILL_VAR
 
 __all__ = ["free_port", "standalone_command", "agent_command", "run_agents"]
@@ -118,34 +118,35 @@ def run_agents(
     """
     check_positive(timeout, "timeout", "give the seconds the agents may run")
     base = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    procs, deadline = [], time.monotonic() + timeout
-    for i, command in enumerate(commands):
-        env = {**base, KILL_VAR: (kill or {}).get(i, "")}
-        argv = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
-        procs.append(
-            subprocess.Popen(
-                argv,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=env,
-                start_new_session=True,
+    with private_tmpdir(base):
+        procs, deadline = [], time.monotonic() + timeout
+        for i, command in enumerate(commands):
+            env = {**base, KILL_VAR: (kill or {}).get(i, "")}
+            argv = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
+            procs.append(
+                subprocess.Popen(
+                    argv,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=env,
+                    start_new_session=True,
+                )
             )
-        )
-        if i == 0 and len(commands) > 1:
-            _wait_for_rendezvous(command, procs[0], deadline)
-    outputs = []
-    try:
-        for proc in procs:
-            outputs.append(proc.communicate(timeout=max(0.1, deadline - time.monotonic())))
-    except subprocess.TimeoutExpired:
-        for proc in procs:
-            if proc.poll() is None:
-                _stop_tree(proc)
-        raise TimeoutError(
-            f"{len(commands)} agents did not finish within {timeout:g} s; they and their "
-            f"workers were stopped"
-        ) from None
+            if i == 0 and len(commands) > 1:
+                _wait_for_rendezvous(command, procs[0], deadline)
+        outputs = []
+        try:
+            for proc in procs:
+                outputs.append(proc.communicate(timeout=max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            for proc in procs:
+                if proc.poll() is None:
+                    _stop_tree(proc)
+            raise TimeoutError(
+                f"{len(commands)} agents did not finish within {timeout:g} s; they and their "
+                f"workers were stopped"
+            ) from None
     return [
         TorchrunResult(shlex.join(c), p.returncode, out, err)
         for c, p, (out, err) in zip(commands, procs, outputs)

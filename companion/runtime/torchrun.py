@@ -16,10 +16,12 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from ..core.checks import check_positive
 from .group import threads_per_worker
@@ -133,21 +135,34 @@ def run_torchrun(
     argv = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
     environment = {**os.environ, "OMP_NUM_THREADS": str(threads_per_worker(nproc))}
     environment.update(env or {})
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=environment,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _stop_tree(proc)
-        stdout, stderr = proc.communicate()
-        raise TimeoutError(
-            f"{shlex.join(command)} did not finish within {timeout:g} s; it and its "
-            f"workers were stopped. Its last output:\n{stdout[-1500:]}{stderr[-1500:]}"
-        ) from None
+    with private_tmpdir(environment):
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environment,
+            start_new_session=True,
+        )
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop_tree(proc)
+            stdout, stderr = proc.communicate()
+            raise TimeoutError(
+                f"{shlex.join(command)} did not finish within {timeout:g} s; it and its "
+                f"workers were stopped. Its last output:\n{stdout[-1500:]}{stderr[-1500:]}"
+            ) from None
     return TorchrunResult(shlex.join(command), proc.returncode, stdout, stderr)
+
+
+@contextmanager
+def private_tmpdir(env: dict[str, str]) -> Iterator[str]:
+    """Point ``env``'s ``TMPDIR`` at a new folder, removed with its contents on exit.
+
+    torchrun keeps its workers' logs in a ``torchelastic_*`` folder of the
+    temporary directory and never removes it; a run's own folder goes with it.
+    """
+    with tempfile.TemporaryDirectory(prefix="torchrun-") as tmp:
+        env["TMPDIR"] = tmp
+        yield tmp

@@ -5,6 +5,7 @@ import queue
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -58,8 +59,12 @@ def test_torchrun_trains_with_two_processes_logs_and_checkpoints(tmp_path):
     assert [step for step, _ in read_scalars(logs)["test/accuracy"]] == [1, 2]
 
 
-def test_a_failing_run_reports_its_exit_code_and_error():
+def test_a_failing_run_reports_its_exit_code_and_error_and_leaves_no_temporary_files(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where torchrun would keep its logs
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     run = run_torchrun(2, ["--profile", "ci", "--global-batch", "63"], timeout=240)
+    assert list(tmp_path.iterdir()) == []
     assert run.returncode != 0
     assert "choose a multiple of 2" in run.stderr
     with pytest.raises(RuntimeError, match="exited with code"):
