@@ -4,13 +4,17 @@
 sharded), :mod:`.zero2` (gradients too, reduce-scattered per bucket),
 :mod:`.zero3` (parameters too, gathered per unit), :mod:`.library`
 (``ZeroRedundancyOptimizer``, FSDP2), :mod:`.training` (one call for every
-method).
+method), :mod:`.ledger` (bytes per collective), :mod:`.memory` (state per
+rank, formulas, the calculator), :mod:`.measure` (one measured step).
 """
 
 # Every module's public names, re-exported: ``from companion.sharding import ...``.
-from . import flat, library, training, zero1, zero2, zero3
+from . import flat, ledger, library, measure, memory, training, zero1, zero2, zero3
 from .flat import *  # noqa: F401,F403
+from .ledger import *  # noqa: F401,F403
 from .library import *  # noqa: F401,F403
+from .measure import *  # noqa: F401,F403
+from .memory import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
 from .zero1 import *  # noqa: F401,F403
 from .zero2 import *  # noqa: F401,F403
@@ -25,6 +29,9 @@ __all__ = list(
             *zero3.__all__,
             *library.__all__,
             *training.__all__,
+            *ledger.__all__,
+            *memory.__all__,
+            *measure.__all__,
         ]
     )
 )

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -48,6 +49,7 @@ def zero_redundancy(
     device = next(net.parameters()).device
     ids = [device] if device.type == "cuda" else None
     model = DDP(net, device_ids=ids, find_unused_parameters=find_unused_parameters)
+    model.register_comm_hook(None, allreduce_hook)  # torch's own, in Python: countable
     params = [p for _, p in trainable_parameters(net)]
     return model, ZeroRedundancyOptimizer(params, optimizer_class=optimizer_class, **defaults)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -48,6 +49,7 @@ def shard(
         device = next(net.parameters()).device
         ids = [device] if device.type == "cuda" else None
         model = DDP(net, device_ids=ids, find_unused_parameters=find_unused_parameters)
+        model.register_comm_hook(None, allreduce_hook)  # torch's own, in Python: countable
         return model, optimizer_class([p for _, p in trainable_parameters(net)], **defaults)
     if method == "ZeRO-1":
         return net, Zero1(net, optimizer_class, **defaults)

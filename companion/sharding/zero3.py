@@ -87,12 +87,10 @@ class Unit:
         return self.work
 
     def wait(self) -> None:
+        """Wait for the gather in flight, if any."""
         if self.work is not None:
             self.work.wait()
             self.work, self.gathered = None, True
-        elif not self.gathered:
-            self.start_gather()
-            self.wait()
 
     def free(self) -> None:
         self.wait()  # never free a buffer a collective is still writing
