@@ -5,11 +5,13 @@ sharded), :mod:`.zero2` (gradients too, reduce-scattered per bucket),
 :mod:`.zero3` (parameters too, gathered per unit), :mod:`.library`
 (``ZeroRedundancyOptimizer``, FSDP2), :mod:`.training` (one call for every
 method), :mod:`.ledger` (bytes per collective), :mod:`.memory` (state per
-rank, formulas, the calculator), :mod:`.measure` (one measured step).
+rank, formulas, the calculator), :mod:`.measure` (one measured step),
+:mod:`.checkpoint` (``torch.distributed.checkpoint``, N ranks to M).
 """
 
 # Every module's public names, re-exported: ``from companion.sharding import ...``.
-from . import flat, ledger, library, measure, memory, training, zero1, zero2, zero3
+from . import checkpoint, flat, ledger, library, measure, memory, training, zero1, zero2, zero3
+from .checkpoint import *  # noqa: F401,F403
 from .flat import *  # noqa: F401,F403
 from .ledger import *  # noqa: F401,F403
 from .library import *  # noqa: F401,F403
@@ -32,6 +34,7 @@ __all__ = list(
             *ledger.__all__,
             *memory.__all__,
             *measure.__all__,
+            *checkpoint.__all__,
         ]
     )
 )
