@@ -111,7 +111,7 @@ class Zero3(ShardedOptimizer):
     ):
         super().__init__(net, optimizer_class, "Zero3", **defaults)
         broadcast_state(net)
-        self.prefetch, self.timeline = bool(prefetch), None
+        self.prefetch, self.timeline, self._unfinished = bool(prefetch), None, {}
         self.units, modules = self._build_units(units)
         self.root = self.units[-1] if self.units[-1].name == "root" else None
         self.order: list[Unit] = []  # forward order, learnt in the first forward
@@ -153,20 +153,32 @@ class Zero3(ShardedOptimizer):
             self._note(f"gather {unit.name}", work, start)
 
     def _note(self, label: str, work, start: float) -> None:
-        if self.timeline is not None:
-            end = lambda _: self.timeline.append((label, start, time.perf_counter()))
+        """Timeline: ``label`` runs from ``start`` until its future completes (gloo's
+        reduce-scatter has no future: its end is then when ``step()`` waited for it)."""
+        if self.timeline is None:
+            return
+        end = lambda _=None: self.timeline.append((label, start, time.perf_counter()))
+        try:
             work.get_future().then(end)
+        except RuntimeError:
+            self._unfinished[work] = end
+
+    def _use(self, unit: Unit) -> None:
+        """Make ``unit`` whole: gather it (unless prefetched) and wait; note the wait."""
+        self._gather(unit)
+        start = time.perf_counter()
+        unit.wait()
+        if self.timeline is not None:
+            self.timeline.append((f"wait {unit.name}", start, time.perf_counter()))
 
     def _root_pre_forward(self, net, args) -> None:
         if self.root is not None:
-            self._gather(self.root)
-            self.root.wait()
+            self._use(self.root)
 
     def _pre_forward(self, unit: Unit, module, args) -> None:
         if torch.is_grad_enabled() and len(self.order) < len(self.units) and unit not in self.order:
             self.order.append(unit)
-        self._gather(unit)
-        unit.wait()
+        self._use(unit)
         if self.prefetch:
             self._prefetch(unit, +1)
 
@@ -178,8 +190,7 @@ class Zero3(ShardedOptimizer):
                     t.register_hook(partial(self._pre_backward, unit))
 
     def _pre_backward(self, unit: Unit, grad: torch.Tensor) -> torch.Tensor:
-        self._gather(unit)
-        unit.wait()
+        self._use(unit)
         if self.prefetch:
             self._prefetch(unit, -1)
         return grad
@@ -219,6 +230,7 @@ class Zero3(ShardedOptimizer):
         for unit, shard in zip(self.units, self.shard_params):
             for work, out in unit.pending:
                 work.wait()
+                self._unfinished.pop(work, lambda: None)()
                 shard.grad = out if shard.grad is None else shard.grad.add_(out)
             unit.pending = []
             unit.free()
