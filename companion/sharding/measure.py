@@ -6,9 +6,11 @@ Used in: chapter 9 (and ``python -m companion.bench sharding``).
 and batch: a first step (the optimizer state comes into being, lazy
 initialisation is done), then a second step inside
 :func:`~.ledger.count_bytes`, with :func:`~.memory.measure_state` taken
-after forward, after backward and after the step. It returns, per method,
-the collectives of that step, the state after it and the largest of the
-three samples. :func:`divisible_mlp` is a model whose every layer, and
+within and after it. It returns, per method,
+the collectives of that step, the state after it and its *peak*: the
+largest state sampled after each layer's forward and each gradient's
+accumulation within the step (gathered units and gradients in flight
+included; buffers inside a collective are not seen). :func:`divisible_mlp` is a model whose every layer, and
 their sum, has a size divisible by 1, 2, 3 and 4, so formulas hold exactly.
 """
 
@@ -30,7 +32,7 @@ from .ledger import count_bytes
 from .memory import measure_state
 from .training import METHODS, shard
 
-__all__ = ["divisible_mlp", "state_worker", "time_worker"]
+__all__ = ["divisible_mlp", "state_worker", "time_worker", "bench_worker"]
 
 
 def divisible_mlp(width: int = 24, depth: int = 3) -> nn.Sequential:
@@ -64,20 +66,31 @@ def state_worker(
         net = divisible_mlp(width, depth).to(device)
         psi = sum(p.numel() for p in net.parameters())
         model, opt = shard(method, net, mode=mode, lr=1e-3)
-        samples = []
         for measured in (False, True):
+            samples: list[int] = []
+            hooks = _sample_during_step(net, lambda: samples.append(measure_state(model, opt)["total"]))
             with count_bytes() as ledger:
                 with mode.autocast():
                     loss = F.cross_entropy(model(X), y)
-                samples.append(measure_state(model, opt))
                 loss.backward()
-                samples.append(measure_state(model, opt))
                 opt.step()
             state = measure_state(model, opt)
+            for hook in hooks:
+                hook.remove()
             opt.zero_grad()
-        peak = max(s["total"] for s in samples[2:] + [state])
+        peak = max(samples + [state["total"]])
         out[method] = {"calls": ledger.calls, "state": state, "peak": peak, "psi": psi}
     return out
+
+
+def _sample_during_step(net: nn.Module, sample) -> list:
+    """Hooks that call ``sample()`` after each layer's forward and each gradient's
+    accumulation (the state then includes gathered units and gradients in flight)."""
+    hooks = [m.register_forward_hook(lambda *_: sample()) for m in net.modules()
+             if not list(m.children())]
+    hooks += [p.register_post_accumulate_grad_hook(lambda _: sample())
+              for p in net.parameters() if p.requires_grad]
+    return hooks
 
 
 def time_worker(
@@ -111,3 +124,14 @@ def time_worker(
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
     medians = times.cpu().median(dim=0).values.tolist()
     return dict(zip(methods, medians))
+
+
+def bench_worker(
+    rank: int, world_size: int, width: int, depth: int, batch: int, steps: int, rounds: int
+) -> dict[str, Any]:
+    """Worker of ``python -m companion.bench sharding``: step times and memory, one run."""
+    return {
+        "seconds": time_worker(rank, world_size, ("ZeRO-3", "ZeRO-3 prefetch", "FSDP2"),
+                               width, depth, batch, steps, rounds),
+        "state": state_worker(rank, world_size, METHODS, width, depth, "fp32", batch),
+    }

@@ -11,6 +11,14 @@ from companion.core import MathMode
 LIN = nn.Linear(3, 2)
 FP16 = MathMode("fp16", "cpu")
 
+
+
+def bench_cli(option, value):
+    from companion.bench.sharding import main
+
+    main([option, value])
+
+
 CASES = [
     ("padded_size world_size=0", lambda t: sh.padded_size(10, 0), ValueError, r"world_size >= 1, got 10 and 0"),
     ("FlatShards no parameters", lambda t: sh.FlatShards([], 2, 0), ValueError, r"at least one parameter"),
@@ -35,6 +43,8 @@ CASES = [
     ("expected_bytes FSDP3", lambda t: sh.expected_bytes("FSDP3", 10, 2), ValueError, r"unknown method 'FSDP3'"),
     ("divisible_mlp width=10", lambda t: sh.divisible_mlp(10), ValueError, r"width must be a multiple of 12.*got 10"),
     ("load_sharded missing", lambda t: sh.load_sharded(LIN, torch.optim.SGD(LIN.parameters(), lr=1), t), FileNotFoundError, r"no DCP checkpoint at .*save_sharded"),
+    ("bench sharding --world-size 0", lambda t: bench_cli("--world-size", "0"), SystemExit, r"2"),
+    ("bench sharding --steps x", lambda t: bench_cli("--steps", "x"), SystemExit, r"2"),
     ("checkpoint_worker action", lambda t: sh.checkpoint_worker(0, 1, str(t), "copy", None, None), ValueError, r"unknown action 'copy'"),
     ("checkpoint_worker steps=-1", lambda t: sh.checkpoint_worker(0, 1, str(t), "save", None, None, -1), ValueError, r"steps must be an integer >= 0, got -1"),
 ]
