@@ -42,7 +42,6 @@ from .sweep import get_bench_model
 __all__ = [
     "VARIANTS",
     "wrap",
-    "finish",
     "accumulation_step",
     "InternalsResult",
     "train_internals",
@@ -68,12 +67,6 @@ def wrap(net: nn.Module, variant: str, bucket_cap_mb: float = 25.0, **options) -
     if variant == "BucketedDDP":
         return BucketedDDP(net, bucket_cap_mb, **options)
     return {"NaiveDDP": NaiveDDP, "HookedDDP": HookedDDP}[variant](net, **options)
-
-
-def finish(net: nn.Module) -> None:
-    """The chapter's wrappers finish their all-reduces here; torch's DDP has already."""
-    if hasattr(net, "finish"):
-        net.finish()
 
 
 def accumulation_step(
@@ -107,8 +100,7 @@ def accumulation_step(
         with net.no_sync() if local else nullcontext():
             with mode.autocast():
                 loss = loss_fn(net(mode.layout(X_i)), y_i) * (len(y_i) / len(y))
-            scale(loss).backward()
-        finish(net)
+            scale(loss).backward()  # the wrapper's finish() runs at its end
         total += loss.detach().float()
     if mode.scaler:
         mode.scaler.step(optimizer)
