@@ -157,3 +157,20 @@ def train_several(rank, world_size, data, runs):
     from companion.internals import train_internals
 
     return [train_internals(data, "ci", **options) for options in runs]
+
+
+def chapter5_loop(rank, world_size, data, variants, **options):
+    """Chapter 5's loop unchanged (its setup, epochs and chapter 1's train_step), with each
+    variant as the wrapper: the flat parameters at the end, one per variant."""
+    from functools import partial
+
+    from companion.core import flat_params
+    from companion.ddp import DDPConfig, setup_rank, train_epochs
+
+    cfg = DDPConfig("ci", **options).resolve(world_size)
+    out = []
+    for variant in variants:
+        run = setup_rank(data, cfg, variant, partial(wrap, variant=variant))
+        records = train_epochs(run, data)
+        out.append((flat_params(run.net), [r.method for r in records]))
+    return out
