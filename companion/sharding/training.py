@@ -8,27 +8,36 @@ of :data:`METHODS`; the result is driven by the ordinary loop, unchanged:
 optimizer.zero_grad()``. ``"DDP"`` is torch's DDP with a plain optimizer,
 the replicated baseline. :func:`full_parameters` gathers the whole
 parameters of any of them, to compare with one device.
+:func:`train_sharded` trains whole epochs with any of them through chapter
+5's one loop (:mod:`companion.ddp.loop`), which needs no change for it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..core.checks import check_choice
+from ..core.data import Data
 from ..core.precision import MathMode
+from ..core.profiles import Profile, get_profile
+from ..core.results import Record
+from ..ddp.config import DDPConfig
+from ..ddp.loop import setup_rank, train_epochs
 from ..internals.naive import trainable_parameters
+from ..runtime.group import rank_device
 from .library import fsdp2, zero_redundancy
 from .zero1 import Zero1, check_precision
 from .zero2 import Zero2
 from .zero3 import Zero3
 
-__all__ = ["METHODS", "shard", "full_parameters"]
+__all__ = ["METHODS", "shard", "full_parameters", "ShardedResult", "train_sharded", "sharded_worker"]
 
 METHODS = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "ZeRO-3 prefetch", "ZeroRedundancyOptimizer", "FSDP2")
 
@@ -74,3 +83,45 @@ def full_parameters(model: nn.Module, optimizer: Any) -> torch.Tensor:
             for _, p in trainable_parameters(net)
         ]
     return torch.cat([t.reshape(-1).cpu() for t in whole])
+
+
+class ShardedResult(NamedTuple):
+    """What :func:`train_sharded` returns on each rank."""
+
+    records: list[Record]  # one per epoch on rank 0; [] on the other ranks
+    params: torch.Tensor  # the final parameters, whole, flattened, on the CPU
+
+
+def train_sharded(
+    data: Data, profile: Profile | str | None = None, method: str = "ZeRO-3",
+    momentum: float = 0.0, **options: Any,
+) -> ShardedResult:
+    """Train with ``method`` through chapter 5's loop; every rank of a group calls it.
+
+    ``options`` are fields of :class:`~companion.ddp.config.DDPConfig`. The
+    loop is :mod:`companion.ddp.loop` unchanged: ``wrap`` shards the seeded
+    model and ``make_optimizer`` hands over the optimizer built with it
+    (SGD, with ``momentum`` if given), whose ``step()`` does the rest.
+    """
+    check_choice(method, "method", METHODS)
+    cfg = DDPConfig(get_profile(profile).name, **options).resolve(dist.get_world_size())
+    check_precision(MathMode(cfg.precision, rank_device()), method)
+    made = {}
+
+    def wrap(net: nn.Module) -> nn.Module:
+        model, made["optimizer"] = shard(
+            method, net, torch.optim.SGD, find_unused_parameters=cfg.find_unused_parameters,
+            lr=cfg.lr, momentum=momentum,
+        )
+        return model
+
+    run = setup_rank(data, cfg, method, wrap, make_optimizer=lambda params, lr: made["optimizer"])
+    records = train_epochs(run, data)
+    return ShardedResult(records, full_parameters(run.net, run.optimizer))
+
+
+def sharded_worker(
+    rank: int, world_size: int, data: Data, profile: Profile | str | None = None, **options: Any
+) -> ShardedResult:
+    """:func:`train_sharded` as a worker of :func:`~companion.runtime.launcher.launch`."""
+    return train_sharded(data, profile, **options)

@@ -6,7 +6,7 @@ from torch.nn import functional as F
 
 from companion.core import set_seed
 from companion.internals import TiedFrozenUnused
-from companion.sharding import METHODS, full_parameters, shard
+from companion.sharding import METHODS, full_parameters, shard, sharded_worker
 
 STEPS, GLOBAL = 3, 11  # 11 samples split over 2, 3 or 4 ranks: uneven shares
 OPTIMIZERS = {
@@ -58,3 +58,8 @@ def equivalence_worker(rank, world_size, batches, methods=METHODS, optimizers=tu
                 opt.zero_grad()
             out[method, optimizer] = full_parameters(model, opt)
     return out
+
+
+def several(rank, world_size, data, methods, **options):
+    """Chapter 5's loop with each of ``methods`` in turn (``ci`` profile)."""
+    return [sharded_worker(rank, world_size, data, "ci", method=m, **options) for m in methods]
