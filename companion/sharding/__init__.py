@@ -7,11 +7,12 @@ sharded), :mod:`.zero2` (gradients too, reduce-scattered per bucket),
 method), :mod:`.ledger` (bytes per collective), :mod:`.memory` (state per
 rank, formulas, the calculator), :mod:`.measure` (one measured step),
 :mod:`.checkpoint` (``torch.distributed.checkpoint``, N ranks to M),
-:mod:`.timeline` (ZeRO-3's gathers, waits and reduce-scatters, drawn).
+:mod:`.timeline` (ZeRO-3's gathers, waits and reduce-scatters, drawn),
+:mod:`.verify` (every method against one process, float64).
 """
 
 # Every module's public names, re-exported: ``from companion.sharding import ...``.
-from . import checkpoint, flat, ledger, library, measure, memory, timeline, training, zero1, zero2, zero3
+from . import checkpoint, flat, ledger, library, measure, memory, timeline, training, verify, zero1, zero2, zero3
 from .checkpoint import *  # noqa: F401,F403
 from .flat import *  # noqa: F401,F403
 from .ledger import *  # noqa: F401,F403
@@ -20,6 +21,7 @@ from .measure import *  # noqa: F401,F403
 from .memory import *  # noqa: F401,F403
 from .timeline import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
+from .verify import *  # noqa: F401,F403
 from .zero1 import *  # noqa: F401,F403
 from .zero2 import *  # noqa: F401,F403
 from .zero3 import *  # noqa: F401,F403
@@ -38,6 +40,7 @@ __all__ = list(
             *measure.__all__,
             *checkpoint.__all__,
             *timeline.__all__,
+            *verify.__all__,
         ]
     )
 )

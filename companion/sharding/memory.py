@@ -39,7 +39,7 @@ from torch.distributed.tensor import DTensor
 
 from ..core.checks import check_choice, check_int, check_positive
 
-__all__ = ["BYTES_PER_PARAMETER", "formula_bytes", "measure_state", "fits"]
+__all__ = ["BYTES_PER_PARAMETER", "formula_bytes", "measure_state", "fits", "plot_memory"]
 
 BYTES_PER_PARAMETER = {"fp32": (4, 4, 8), "mixed": (2, 2, 12)}  # (P, G, K)
 SHARDED = {  # which of (parameters, gradients, optimizer state) are split N ways
@@ -109,3 +109,33 @@ def fits(
     check_positive(memory_gib, "memory_gib", "give the memory of one device in GiB, e.g. 80")
     need = formula_bytes(method, psi, world_size, precision)["total"] / 2**30 + activations_gib
     return need <= memory_gib, need
+
+
+def plot_memory(measured: dict[int, dict[str, dict]], title: str = ""):
+    """Stacked bars: rank 0's measured bytes per method and world size; ticks: the formula."""
+    import matplotlib.pyplot as plt
+
+    if not measured:
+        raise ValueError("give {world size: {method: state_worker's result}} for one or more sizes")
+    sizes = sorted(measured)
+    methods = list(measured[sizes[0]])
+    fig, ax = plt.subplots(figsize=(9.5, 3.8))
+    width = 0.8 / len(sizes)
+    for k, n in enumerate(sizes):
+        for i, method in enumerate(methods):
+            r = measured[n][method]
+            x, bottom = i + (k - (len(sizes) - 1) / 2) * width, 0.0
+            for part, color in zip(("params", "grads", "optimizer"), ("C0", "C1", "C2")):
+                kib = r["state"][part] / 1024
+                ax.bar(x, kib, width * 0.9, bottom=bottom, color=color,
+                       label=part if (k, i) == (0, 0) else None)
+                bottom += kib
+            ax.plot([x - width * 0.45, x + width * 0.45], [formula_bytes(method, r["psi"], n)["total"] / 1024] * 2,
+                    color="k", lw=1.5, label="formula" if (k, i) == (0, 0) else None)
+            ax.text(x, bottom, f"{n}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(methods)), methods, fontsize=8)
+    ax.set_ylabel("KiB per rank (rank 0)")
+    ax.legend(fontsize=8, ncol=4)
+    ax.set_title(title + "\n(the number over a bar: world size)", fontsize=9)
+    fig.tight_layout()
+    return fig

@@ -7,7 +7,7 @@ import torch
 from companion.runtime import launch
 from companion.sharding import METHODS
 
-from .workers import OPTIMIZERS, equivalence_worker, global_batches, reference
+from companion.sharding.verify import OPTIMIZERS, compare_worker, global_batches, one_process
 
 pytestmark = pytest.mark.ch9
 
@@ -15,10 +15,10 @@ pytestmark = pytest.mark.ch9
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_every_method_matches_one_process(world_size):
     batches = global_batches()
-    runs = launch(equivalence_worker, world_size, batches, backend="gloo", timeout=240)
+    runs = launch(compare_worker, world_size, batches, backend="gloo", timeout=240)
     for optimizer in OPTIMIZERS:
-        expected = reference(batches, optimizer)
-        assert not torch.allclose(expected, reference([], optimizer))  # the steps moved it
+        expected = one_process(batches, optimizer)
+        assert not torch.allclose(expected, one_process([], optimizer))  # the steps moved it
         for method in METHODS:
             for rank, got in enumerate(runs):
                 torch.testing.assert_close(
