@@ -27,7 +27,7 @@ from ..core.devices import hardware_label, synchronize
 from ..core.profiles import get_profile
 from ..core.training import set_seed
 from ..internals.sweep import bucket_sizes, get_bench_model, predict_step
-from ..internals.training import finish, wrap
+from ..internals.training import wrap
 from ..runtime.group import rank_device
 from ..runtime.launcher import launch
 
@@ -40,7 +40,10 @@ TARGET = 1.05
 def _build(name: str, model: str, cap: float, device):
     set_seed(0)
     net = get_bench_model(model).to(device)
-    net = net if name == "no communication" else wrap(net, name, cap)
+    if name in ("NaiveDDP", "HookedDDP", "BucketedDDP"):  # wait in finish(), a phase of its own
+        net = wrap(net, name, cap, finish_in_backward=False)
+    elif name == "torch DDP":
+        net = wrap(net, name, cap)
     return net, torch.optim.SGD(net.parameters(), lr=0.01)
 
 
@@ -49,7 +52,7 @@ def _step(net, opt, X, y, device) -> list[float]:
     marks = [time.perf_counter()]
     opt.zero_grad(set_to_none=True)
     loss = F.cross_entropy(net(X), y)
-    for phase in (loss.backward, lambda: finish(net), opt.step, lambda: None):
+    for phase in (loss.backward, getattr(net, "finish", lambda: None), opt.step, lambda: None):
         synchronize(device)
         marks.append(time.perf_counter())
         phase()

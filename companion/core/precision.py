@@ -212,6 +212,18 @@ class MathMode:
             return t.contiguous(memory_format=torch.channels_last)
         return t
 
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``, with the loss scaled first under fp16."""
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        """``optimizer.step()``; under fp16 the scaler unscales, skips overflows, updates."""
+        if self.scaler is None:
+            optimizer.step()
+        else:
+            self.scaler.step(optimizer)
+            self.scaler.update()
+
 
 def amp_train_step(net, X, y, loss_fn, optimizer, mode: MathMode) -> torch.Tensor:
     """``train_step`` in ``mode``: forward and loss under autocast; fp16 scales the loss."""
@@ -220,11 +232,6 @@ def amp_train_step(net, X, y, loss_fn, optimizer, mode: MathMode) -> torch.Tenso
     with mode.autocast():
         y_hat = net(mode.layout(X.to(device, non_blocking=True)))
         loss = loss_fn(y_hat, y.to(y_hat.device, non_blocking=True))
-    if mode.scaler is None:
-        loss.backward()
-        optimizer.step()
-    else:
-        mode.scaler.scale(loss).backward()
-        mode.scaler.step(optimizer)
-        mode.scaler.update()
+    mode.backward(loss)
+    mode.step(optimizer)
     return loss.detach().float()

@@ -26,6 +26,7 @@ __all__ = [
     "accuracy",
     "evaluate_accuracy",
     "train_step",
+    "step_for",
     "train_epoch",
     "warm_up",
     "train",
@@ -118,6 +119,11 @@ def train_step(
     return loss.detach()
 
 
+def step_for(mode: MathMode):
+    """The training step for ``mode``: :func:`train_step`, or the same under autocast."""
+    return train_step if mode.plain else partial(amp_train_step, mode=mode)
+
+
 def train_epoch(
     net: nn.Module,
     train_iter: Iterable,
@@ -207,7 +213,7 @@ def train(
     net.to(device)
     if channels_last:
         net.to(memory_format=torch.channels_last)
-    step = train_step if mode.plain else partial(amp_train_step, mode=mode)
+    step = step_for(mode)
     loss_fn = nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(net.parameters(), lr=lr)
     if warmup_steps:

@@ -17,8 +17,8 @@ environment variables torchrun sets (:func:`~companion.runtime.group.init_from_e
     torchrun --standalone --nproc-per-node=2 -m companion.ddp --epochs 2
 
 (the command line itself is in :mod:`companion.ddp.cli`). :class:`DDPConfig`
-holds the options; :func:`build_ddp` and :func:`run_epoch` are the parts that
-later chapters reuse.
+holds the options; the per-rank setup and the epoch loop are
+:mod:`companion.ddp.loop`, which later chapters extend.
 """
 
 from __future__ import annotations
@@ -28,20 +28,16 @@ from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
-from torch import nn
-from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
 from ..core.batches import rank_batch_size
 from ..core.checks import check_not_empty
 from ..core.data import Data
-from ..core.devices import hardware_label, model_device
 from ..core.lines import say
 from ..core.models import get_model
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
-from ..core.precision import MathMode, amp_train_step
-from ..core.training import Timer, flat_params, set_seed, sgd_steps, train_step, warm_up
+from ..core.training import flat_params, set_seed, sgd_steps
 from ..runtime.checkpoint import save_checkpoint
 from ..runtime.group import init_from_env, rank_device
 from ..runtime.tblog import open_writer
@@ -53,13 +49,11 @@ from .detectors import (
     gather_traces,
     track_buffers,
 )
-from .sampling import SampledLoader, evaluate_distributed, sampler_indices
-from .unused import check_unused_parameters
+from .loop import setup_rank, train_epochs, wrap_ddp
+from .sampling import SampledLoader, sampler_indices
 
 __all__ = [
     "DDPResult",
-    "build_ddp",
-    "run_epoch",
     "train_ddp",
     "ddp_worker",
     "train_reference_ddp",
@@ -74,136 +68,47 @@ class DDPResult(NamedTuple):
     trace: RankTrace  # this rank's evidence for companion.ddp.detectors
 
 
-def build_ddp(
-    model: str,
-    device: torch.device,
-    X,
-    y,
-    lr: float,
-    seed: int,
-    find_unused_parameters: bool = False,
-    channels_last: bool = False,
-) -> DDP:
-    """The same freshly seeded ``model`` on every rank, warmed up, wrapped in DDP.
-
-    Warm-up steps run on a copy (see ``warm_up``), so one-off costs stay out
-    of the timed epochs without changing the model. DDP broadcasts rank 0's
-    parameters and buffers when it wraps the model. Without
-    ``find_unused_parameters``, a parameter that ``forward`` does not use on
-    ``(X, y)`` raises :class:`~companion.ddp.unused.UnusedParameters` here,
-    instead of a hang-then-error at the second step; with it, DDP looks for
-    them after every forward pass (an extra traversal of the autograd graph).
-    """
-    set_seed(seed)
-    net = get_model(model).to(device)
-    if channels_last:
-        net.to(memory_format=torch.channels_last)
-    if not find_unused_parameters:
-        check_unused_parameters(net, X, y)
-    warm_up(net, X, y, lr)
-    ids = [device] if device.type == "cuda" else None
-    return DDP(net, device_ids=ids, find_unused_parameters=find_unused_parameters)
-
-
-def run_epoch(
-    net, train_iter, loss_fn, optimizer, max_steps=None, step=train_step
-) -> tuple[torch.Tensor, int]:
-    """One pass of this rank over its share: ``([loss sum, samples], steps)``.
-
-    The sums stay on the device (no synchronisation per step); ``max_steps``
-    ends the pass early; ``step`` is ``train_step`` or a mixed-precision step.
-    """
-    device = model_device(net)
-    totals, steps = torch.zeros(2, dtype=torch.float64, device=device), 0
-    for X, y in train_iter:
-        totals[0] += step(net, X, y, loss_fn, optimizer) * len(y)
-        totals[1] += len(y)
-        steps += 1
-        if steps == max_steps:
-            break
-    return totals, steps
-
-
 def train_ddp(data: Data, profile: Profile | str | None = None, **options) -> DDPResult:
     """Train with DDP; every rank calls it (joining torchrun's group if need be).
 
     ``options`` are the fields of :class:`DDPConfig`. Each rank reads
     ``per_rank_batch`` samples per step from a ``DistributedSampler``,
-    reshuffled with ``set_epoch`` every epoch. After each epoch, on all ranks,
-    a distributed evaluation of the whole test set; on rank 0 only, a
-    :class:`Record`, TensorBoard scalars and an atomic checkpoint. With
-    ``checks``, the detectors of :mod:`companion.ddp.detectors` run at the end
-    and any mistake raises.
+    reshuffled every epoch (:mod:`companion.ddp.loop`). After each epoch, on
+    all ranks, a distributed evaluation of the whole test set; on rank 0
+    only, a :class:`Record`, TensorBoard scalars and an atomic checkpoint.
+    With ``checks``, the detectors of :mod:`companion.ddp.detectors` run at
+    the end and any mistake raises.
     """
     check_not_empty(data.train, "data.train", "give training samples")
     init_from_env()  # under torchrun; a no-op when the group exists (launch)
-    rank, world_size = dist.get_rank(), dist.get_world_size()
+    world_size = dist.get_world_size()
     cfg = DDPConfig(get_profile(profile).name, **options).resolve(world_size)
-    device = rank_device()
-    sampler = DistributedSampler(data.train, world_size, rank, seed=cfg.seed)
-    train_iter = SampledLoader(data.train, sampler, cfg.per_rank_batch, device)
-    X, y = next(iter(train_iter))
-    net = build_ddp(
-        cfg.model,
-        device,
-        X,
-        y,
-        cfg.lr,
-        cfg.seed,
-        cfg.find_unused_parameters,
-        cfg.channels_last,
-    )
-    mode = MathMode(cfg.precision, device, cfg.channels_last)
-    step = train_step if mode.plain else partial(amp_train_step, mode=mode)
-    buffers = track_buffers(net)  # as DDP broadcast them: see check_replicas_in_sync
-    loss_fn, optimizer = nn.CrossEntropyLoss(), torch.optim.SGD(
-        net.parameters(), lr=cfg.lr
-    )
-    record = partial(
-        Record,
-        "DDP",
-        world_size,
-        hardware=hardware_label(),
-        profile=cfg.profile,
-        model=cfg.model,
-        dataset=data.name,
-        precision=str(mode),
-    )
+    X, y = _first_batch(data, cfg)
+    wrap = partial(wrap_ddp, find_unused_parameters=cfg.find_unused_parameters, X=X, y=y)
+    run = setup_rank(data, cfg, "DDP", wrap)
+    buffers = track_buffers(run.net)  # as DDP broadcast them: see check_replicas_in_sync
     _announce(cfg, world_size)
-    writer, records, orders, steps = open_writer(cfg.log_dir, rank), [], [], 0
+    writer, orders = open_writer(cfg.log_dir, dist.get_rank()), []
+
+    def after_epoch(epoch: int, record: Record | None, samples: int) -> None:
+        orders.append(run.train_iter.indices[:samples])  # what this rank read
+        if record is not None:
+            _report(record, cfg, writer, run.net)
+
     try:
-        for epoch in range(cfg.epochs):
-            sampler.set_epoch(epoch)  # a new shuffle every epoch, the same on all ranks
-            dist.barrier()
-            with Timer(device) as timer:
-                left = None if cfg.max_steps is None else cfg.max_steps - steps
-                totals, done = run_epoch(
-                    net, train_iter, loss_fn, optimizer, left, step
-                )
-            steps += done
-            orders.append(train_iter.indices[: int(totals[1])])
-            dist.all_reduce(totals)  # loss sum and samples, over all ranks
-            test_acc = evaluate_distributed(net.module, data.test, device)
-            if rank == 0:
-                loss_sum, n = totals.tolist()
-                records.append(
-                    record(
-                        epoch=epoch + 1,
-                        test_acc=test_acc,
-                        sec_per_epoch=timer.seconds,
-                        samples_per_sec=n / timer.seconds,
-                        train_loss=loss_sum / n,
-                    )
-                )
-                _report(records[-1], cfg, writer, net)
-            if steps == cfg.max_steps:
-                break
+        records = train_epochs(run, data, on_epoch=after_epoch)
     finally:
         if writer is not None:
             writer.close()
-    traces = gather_traces(net, orders, buffers)
+    traces = gather_traces(run.net, orders, buffers)
     _check(cfg, traces, len(data.train), len(orders))
-    return DDPResult(records, flat_params(net), traces[rank])
+    return DDPResult(records, flat_params(run.net), traces[dist.get_rank()])
+
+
+def _first_batch(data: Data, cfg: DDPConfig):
+    """Rank 0's first minibatch, on this rank's device (for the unused-parameter check)."""
+    sampler = DistributedSampler(data.train, dist.get_world_size(), dist.get_rank(), seed=cfg.seed)
+    return next(iter(SampledLoader(data.train, sampler, cfg.per_rank_batch, rank_device())))
 
 
 def _announce(cfg: DDPConfig, world_size: int) -> None:

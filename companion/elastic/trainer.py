@@ -24,23 +24,20 @@ from __future__ import annotations
 import os
 import signal
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from ..core.checks import check_int
 from ..core.data import Data
-from ..core.devices import hardware_label
 from ..core.lines import say
 from ..core.profiles import get_profile
 from ..core.results import Record
-from ..core.training import Timer, flat_params, train_step
+from ..core.training import flat_params
 from ..ddp.config import DDPConfig
-from ..ddp.sampling import SampledLoader, evaluate_distributed
-from ..ddp.training import build_ddp
-from ..runtime.group import rank_device
+from ..ddp.loop import setup_rank, train_epochs, wrap_ddp
 from .rendezvous import attempt, join_elastic
 from .sampler import ResumableSampler
 from .snapshot import (
@@ -51,7 +48,7 @@ from .snapshot import (
     save_snapshot,
 )
 
-__all__ = ["ElasticOptions", "ElasticResult", "warmup_schedule", "train_elastic"]
+__all__ = ["ElasticOptions", "ElasticResult", "warmup_schedule", "train_elastic", "StepLog"]
 
 KILL_VAR = "ELASTIC_TEST_KILL"
 
@@ -88,6 +85,13 @@ def warmup_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int):
     return torch.optim.lr_scheduler.LinearLR(
         optimizer, 1 / (warmup_steps + 1), 1.0, total_iters=warmup_steps
     )
+
+
+def _resolve(cfg: DDPConfig, opts: ElasticOptions, world: int) -> DDPConfig:
+    """``cfg`` resolved; the default lr is the profile's times ``1 - momentum``."""
+    if cfg.lr is None:
+        cfg = replace(cfg, lr=round(get_profile(cfg.profile).lr * (1 - opts.momentum), 12))
+    return cfg.resolve(world)
 
 
 def _run_config(cfg: DDPConfig, opts: ElasticOptions, data: Data, world: int) -> dict:
@@ -143,108 +147,96 @@ def _kill_if_asked(step: int) -> None:
 def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticResult:
     """Train with DDP from the last snapshot (or afresh); every rank calls it.
 
-    ``cfg.max_steps`` stops the run after that many global steps as a crash
-    would, with no snapshot at that step (a resume starts from the last one).
+    Chapter 5's loop (:mod:`companion.ddp.loop`) with SGD with momentum, a
+    resumable sampler and snapshots taken by its ``on_step`` and
+    ``on_epoch`` hooks. ``cfg.max_steps`` stops the run after that many
+    global steps as a crash would, with no snapshot at that step (a resume
+    starts from the last one).
     """
     join_elastic()
-    rank, world = dist.get_rank(), dist.get_world_size()
-    opts = opts.check()
-    if cfg.lr is None:
-        cfg = replace(cfg, lr=round(get_profile(cfg.profile).lr * (1 - opts.momentum), 12))
-    cfg = cfg.resolve(world)
+    world, opts = dist.get_world_size(), opts.check()
+    cfg = _resolve(cfg, opts, world)
     config = _run_config(cfg, opts, data, world)
     snapshot = load_snapshot(opts.snapshot)
     if snapshot is not None:
         check_resumable(snapshot, config)
     _agree(snapshot)
-    device = rank_device()
-    sampler = ResumableSampler(data.train, world, rank, cfg.seed)
-    train_iter = SampledLoader(data.train, sampler, cfg.per_rank_batch, device)
-    X, y = next(iter(train_iter))
-    net = build_ddp(cfg.model, device, X, y, cfg.lr, cfg.seed)
-    optimizer = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=opts.momentum)
-    scheduler = warmup_schedule(optimizer, opts.warmup_steps)
-    first, position, step = 0, 0, 0
+    sampler = ResumableSampler(data.train, world, dist.get_rank(), cfg.seed)
+    momentum_sgd = partial(torch.optim.SGD, momentum=opts.momentum)
+    run = setup_rank(data, cfg, "elastic DDP", wrap_ddp, momentum_sgd, sampler=sampler)
+    scheduler = warmup_schedule(run.optimizer, opts.warmup_steps)
+    first = position = 0
     if snapshot is not None:
-        first, position, step = restore(snapshot, net, optimizer, scheduler)
-    log = say if rank == 0 and cfg.verbose else lambda *a: None
-    log(
-        f"attempt {attempt()}: {world} processes, "
-        + (
-            f"resumed from step {step} (epoch {first + 1}, position {position})"
-            if snapshot
-            else "no snapshot, starting afresh"
-        )
-    )
-    writer = _open_writer(opts.log_dir, rank, step)
-    records, losses, resumed_from = [], [], step
+        first, position, run.steps = restore(snapshot, run.net, run.optimizer, scheduler)
+    sampler.set_epoch(first, position)
+    resumed_from, log = run.steps, StepLog(cfg, opts, sampler, run.steps)
 
-    def save(at_epoch: int, at_position: int) -> None:
-        if rank == 0:
-            save_snapshot(
-                make_snapshot(
-                    net,
-                    optimizer,
-                    scheduler,
-                    epoch=at_epoch,
-                    position=at_position,
-                    step=step,
-                    config=config,
-                ),
-                opts.snapshot,
-            )
+    def save(epoch: int, position: int) -> None:
+        if dist.get_rank() == 0:
+            state = make_snapshot(run.net, run.optimizer, scheduler, epoch=epoch,
+                                  position=position, step=run.steps, config=config)
+            save_snapshot(state, opts.snapshot)
 
-    loss_fn = nn.CrossEntropyLoss()
-    try:
-        for epoch in range(first, cfg.epochs):
-            sampler.set_epoch(epoch, position)
-            last = len(train_iter)
-            with Timer(device) as timer:
-                for i, (X, y) in enumerate(train_iter, 1):
-                    loss = train_step(net, X, y, loss_fn, optimizer) * len(y)
-                    scheduler.step()
-                    step, position = step + 1, position + len(y) * world
-                    totals = torch.stack([loss, torch.tensor(float(len(y)), device=device)])
-                    dist.all_reduce(totals)
-                    losses.append((step, float(totals[0] / totals[1])))
-                    log(f"step {step} loss {losses[-1][1]:.4f}")
-                    if writer is not None:
-                        writer.add_scalar("train/loss", losses[-1][1], step)
-                    _kill_if_asked(step)
-                    if step == cfg.max_steps:
-                        break
-                    if step % opts.snapshot_every == 0 and i < last:
-                        save(epoch, position)
-                        log(f"snapshot: step {step}")
-            if step == cfg.max_steps:  # stop here, as a crash would: no snapshot now
-                break
-            test_acc = evaluate_distributed(net.module, data.test, device)
-            position = 0
+    def on_step(step: int, loss: torch.Tensor, samples: int) -> None:
+        nonlocal position
+        scheduler.step()
+        run.steps, position = step, position + samples * world
+        log.step(step, loss, samples)
+        if step != cfg.max_steps and step % opts.snapshot_every == 0:
+            if position < sampler.total_size:  # the epoch's end has a snapshot of its own
+                save(sampler.epoch, position)
+                log.say(f"snapshot: step {step}")
+
+    def on_epoch(epoch: int, record: Record | None, samples: int) -> None:
+        nonlocal position
+        position = 0
+        if run.steps != cfg.max_steps:  # stopped as a crash would: no snapshot now
             save(epoch + 1, 0)
-            if rank == 0:
-                records.append(
-                    Record(
-                        "elastic DDP",
-                        world,
-                        epoch + 1,
-                        test_acc,
-                        timer.seconds,
-                        len(sampler) * world / timer.seconds,
-                        losses[-1][1],
-                        hardware_label(),
-                        cfg.profile,
-                        cfg.model,
-                        data.name,
-                    )
-                )
-            log(
-                f"epoch {epoch + 1}/{cfg.epochs}: test accuracy {test_acc:.4f}, "
-                f"snapshot: step {step}"
-            )
+            log.say(f"epoch {epoch + 1}/{cfg.epochs}: snapshot: step {run.steps}")
+
+    try:
+        records = train_epochs(run, data, on_step, on_epoch, first_epoch=first)
     finally:
-        if writer is not None:
-            writer.close()
-    return ElasticResult(records, losses, flat_params(net), resumed_from)
+        log.close()
+    return ElasticResult(records, log.losses, flat_params(run.net), resumed_from)
+
+
+class StepLog:
+    """Chapter 8's instruments, outside the trainer: each step's loss, TensorBoard, test kills.
+
+    Each step's loss is averaged over the ranks (one small all-reduce and a
+    host synchronisation per step, the price of a per-step loss curve),
+    kept in ``losses``, printed by rank 0 when ``cfg.verbose`` and written to
+    TensorBoard under ``opts.log_dir``.
+    """
+
+    def __init__(self, cfg: DDPConfig, opts: ElasticOptions, sampler, step: int):
+        rank = dist.get_rank()
+        self.verbose = cfg.verbose and rank == 0
+        self.losses: list[tuple[int, float]] = []
+        self.writer = _open_writer(opts.log_dir, rank, step)
+        where = f"epoch {sampler.epoch + 1}, position {sampler.start}"
+        self.say(
+            f"attempt {attempt()}: {dist.get_world_size()} processes, "
+            + (f"resumed from step {step} ({where})" if step else "no snapshot, starting afresh")
+        )
+
+    def say(self, line: str) -> None:
+        if self.verbose:
+            say(line)
+
+    def step(self, step: int, loss_sum: torch.Tensor, samples: int) -> None:
+        totals = torch.stack([loss_sum.double(), loss_sum.new_tensor(samples, dtype=torch.float64)])
+        dist.all_reduce(totals)
+        self.losses.append((step, float(totals[0] / totals[1])))
+        self.say(f"step {step} loss {self.losses[-1][1]:.4f}")
+        if self.writer is not None:
+            self.writer.add_scalar("train/loss", self.losses[-1][1], step)
+        _kill_if_asked(step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
 
 
 def _open_writer(log_dir: str | None, rank: int, step: int):

@@ -100,8 +100,9 @@ class BucketedDDP(NaiveDDP):
         bucket_cap_mb: float = 25.0,
         weigh_by_samples: bool = False,
         find_unused_parameters: bool = False,
+        finish_in_backward: bool = True,
     ):
-        super().__init__(module, weigh_by_samples)
+        super().__init__(module, weigh_by_samples, finish_in_backward)
         named = trainable_parameters(module)
         if not named:
             raise ValueError("the module has no trainable parameters: nothing to all-reduce")
@@ -137,9 +138,9 @@ class BucketedDDP(NaiveDDP):
 
     def finish(self) -> None:
         """Fill in unused parameters (or raise), wait, and copy the averages to ``.grad``."""
-        if not self._sync:
+        if not self._pending:
             return
-        self._samples = 0
+        self._pending, self._samples = False, 0
         missing = [(b, n) for b in self.buckets for n in b.names if n not in b.ready]
         if missing and not self.find_unused_parameters:
             for b in self.buckets[: self._next]:

@@ -9,8 +9,8 @@ one, so its all-reduce can run while backward goes on: communication
 function as soon as a parameter's ``.grad`` is complete for this backward
 pass (for a tied parameter, used twice, after both uses: once). The hook
 scales the gradient and launches an asynchronous all-reduce
-(``async_op=True`` returns a handle at once); :meth:`HookedDDP.finish` waits
-for all of them before the optimizer may step.
+(``async_op=True`` returns a handle at once); :meth:`HookedDDP.finish`, at the
+end of backward, waits for all of them before the optimizer may step.
 
 Every rank must launch its all-reduces in the same order (a collective
 matches the same call on each rank). Here that order is the order in which
@@ -39,8 +39,10 @@ __all__ = ["HookedDDP", "unused_error"]
 class HookedDDP(NaiveDDP):
     """One asynchronous all-reduce per parameter, launched by its gradient hook."""
 
-    def __init__(self, module: nn.Module, weigh_by_samples: bool = False):
-        super().__init__(module, weigh_by_samples)
+    def __init__(
+        self, module: nn.Module, weigh_by_samples: bool = False, finish_in_backward: bool = True
+    ):
+        super().__init__(module, weigh_by_samples, finish_in_backward)
         self._params = trainable_parameters(module)
         self._scale, self._works, self._ready = 1.0, [], set()
         for name, p in self._params:
@@ -64,8 +66,9 @@ class HookedDDP(NaiveDDP):
 
     def finish(self) -> None:
         """Wait for every all-reduce (the gradients are then averaged in place)."""
-        if not self._sync:
+        if not self._pending:
             return
+        self._pending = False
         for work in self._works:
             work.wait()
         self._samples = 0

@@ -5,11 +5,20 @@ Used in: chapter 6.
 :class:`NaiveDDP` is the wrapper that the later steps build on. Like
 ``torch.nn.parallel.DistributedDataParallel`` it broadcasts rank 0's
 parameters and buffers once, so every replica starts equal; its forward
-pass runs the module and notes how many samples this rank saw. After
-``loss.backward()`` the training loop calls :meth:`NaiveDDP.finish`, which
-averages the gradients with chapter 3's ``average_gradients``: one
-all-reduce per parameter tensor, each one only after the whole backward
-pass. Nothing overlaps, and every tensor pays the per-message latency.
+pass runs the module and notes how many samples this rank saw. At the end
+of ``loss.backward()`` :meth:`NaiveDDP.finish` runs by itself and averages
+the gradients with chapter 3's ``average_gradients``: one all-reduce per
+parameter tensor, each one only after the whole backward pass. Nothing
+overlaps, and every tensor pays the per-message latency.
+
+A drop-in for torch's DDP: the first gradient hook of a synchronised
+backward pass queues ``finish`` on the autograd engine
+(``Variable._execution_engine.queue_callback``, a private torch API that
+torch's FSDP uses the same way), which calls it once backward has computed
+every gradient, so training code written for torch's DDP drives these
+wrappers unchanged. The fallback: ``finish_in_backward=False`` (or a torch
+without that API) leaves the call to the loop, ``loss.backward();
+net.finish()``. Calling ``finish()`` again after it ran does nothing.
 
 Two things are shared by every step:
 
@@ -34,11 +43,17 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.autograd import Variable
 
 from ..collectives.partition import average_gradients
 from ..core.checks import check_module
 
-__all__ = ["broadcast_state", "trainable_parameters", "NaiveDDP"]
+__all__ = ["broadcast_state", "trainable_parameters", "NaiveDDP", "can_finish_in_backward"]
+
+
+def can_finish_in_backward() -> bool:
+    """Whether this torch lets a hook queue a call for the end of backward."""
+    return hasattr(getattr(Variable, "_execution_engine", None), "queue_callback")
 
 
 def broadcast_state(net: nn.Module) -> None:
@@ -61,12 +76,14 @@ def trainable_parameters(net: nn.Module) -> list[tuple[str, nn.Parameter]]:
 class NaiveDDP(nn.Module):
     """Data parallelism by hand: ``finish()`` all-reduces each gradient after backward.
 
-    Use it like DDP, plus one call: ``loss.backward(); net.finish();
-    optimizer.step()``. ``allreduces`` counts the gradient all-reduces made so
-    far (the one-number count of ``weigh_by_samples`` is not counted).
+    Use it like torch's DDP: ``loss.backward()`` ends with ``finish()``.
+    ``allreduces`` counts the gradient all-reduces made so far (the
+    one-number count of ``weigh_by_samples`` is not counted).
     """
 
-    def __init__(self, module: nn.Module, weigh_by_samples: bool = False):
+    def __init__(
+        self, module: nn.Module, weigh_by_samples: bool = False, finish_in_backward: bool = True
+    ):
         super().__init__()
         check_module(module, "module")
         _check_group(type(self).__name__)
@@ -75,14 +92,25 @@ class NaiveDDP(nn.Module):
         self.allreduces = 0
         self.timeline: list[tuple[str, float, float]] | None = None  # see .timeline
         self._sync_enabled, self._sync, self._samples = True, True, 0
+        self._pending = self._queued = False
         broadcast_state(module)
+        if finish_in_backward and can_finish_in_backward():
+            for _, p in trainable_parameters(module):
+                p.register_post_accumulate_grad_hook(self._queue_finish)
 
     def forward(self, X: torch.Tensor, *args, **kwargs):
         self._samples += len(X)
         self._sync = self._sync_enabled  # decided now, as torch's DDP does
         if self._sync:
             self._prepare()
+        self._pending, self._queued = self._sync, False
         return self.module(X, *args, **kwargs)
+
+    def _queue_finish(self, p: torch.Tensor) -> None:
+        """First gradient of a synchronised backward: run ``finish`` when backward ends."""
+        if self._pending and not self._queued:
+            self._queued = True
+            Variable._execution_engine.queue_callback(self.finish)
 
     @contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -95,8 +123,9 @@ class NaiveDDP(nn.Module):
 
     def finish(self) -> None:
         """After ``backward()``: average every gradient over the ranks (unless ``no_sync``)."""
-        if not self._sync:
+        if not self._pending:
             return
+        self._pending = False
         n_local = self._samples if self.weigh_by_samples else None
         start = time.perf_counter()
         average_gradients(self.module, "dist.all_reduce", n_local=n_local)

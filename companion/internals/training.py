@@ -5,10 +5,9 @@ Used in: chapter 6.
 :func:`wrap` wraps a model in one of the chapter's steps or in torch's own
 DDP, by name (:data:`VARIANTS`). :func:`accumulation_step` is one optimizer
 step over ``micro_batches`` slices of a minibatch, the first ones inside
-``no_sync()`` when asked; :func:`train_internals` trains whole epochs exactly
-as chapter 5's ``train_ddp`` does (``DistributedSampler``, a distributed
-evaluation, one :class:`~companion.core.results.Record` per epoch on rank 0),
-so the two can be compared line for line and with ``train_reference_ddp``.
+``no_sync()`` when asked; :func:`train_internals` is chapter 5's loop
+(:mod:`companion.ddp.loop`) with one of the chapter's wrappers in place of
+torch's DDP, so the two compare line for line and with ``train_reference_ddp``.
 """
 
 from __future__ import annotations
@@ -21,19 +20,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data.distributed import DistributedSampler
 
 from ..core.checks import check_choice, check_int, check_not_empty
 from ..core.data import Data
-from ..core.devices import hardware_label
-from ..core.models import get_model
 from ..core.precision import MathMode
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
-from ..core.training import Timer, flat_params, set_seed, warm_up
+from ..core.training import Timer, flat_params, set_seed
 from ..ddp.config import DDPConfig
-from ..ddp.sampling import SampledLoader, evaluate_distributed
-from ..runtime.group import rank_device
+from ..ddp.loop import setup_rank, train_epochs
+from ..runtime.group import ddp_device_ids, rank_device
 from .buckets import BucketedDDP
 from .hooks import HookedDDP
 from .naive import NaiveDDP
@@ -42,7 +38,6 @@ from .sweep import get_bench_model
 __all__ = [
     "VARIANTS",
     "wrap",
-    "finish",
     "accumulation_step",
     "InternalsResult",
     "train_internals",
@@ -62,18 +57,11 @@ def wrap(net: nn.Module, variant: str, bucket_cap_mb: float = 25.0, **options) -
     """
     check_choice(variant, "variant", VARIANTS)
     if variant == "torch DDP":
-        device = next(net.parameters()).device
-        ids = [device] if device.type == "cuda" else None
+        ids = ddp_device_ids(next(net.parameters()).device)
         return DDP(net, device_ids=ids, bucket_cap_mb=bucket_cap_mb, **options)
     if variant == "BucketedDDP":
         return BucketedDDP(net, bucket_cap_mb, **options)
     return {"NaiveDDP": NaiveDDP, "HookedDDP": HookedDDP}[variant](net, **options)
-
-
-def finish(net: nn.Module) -> None:
-    """The chapter's wrappers finish their all-reduces here; torch's DDP has already."""
-    if hasattr(net, "finish"):
-        net.finish()
 
 
 def accumulation_step(
@@ -101,20 +89,14 @@ def accumulation_step(
     pieces = list(zip(X.tensor_split(micro_batches), y.tensor_split(micro_batches)))
     total = torch.zeros((), device=X.device)
     mode = mode or MathMode("fp32", X.device)
-    scale = mode.scaler.scale if mode.scaler else (lambda loss: loss)
     for i, (X_i, y_i) in enumerate(pieces):
         local = no_sync and i < len(pieces) - 1
         with net.no_sync() if local else nullcontext():
             with mode.autocast():
                 loss = loss_fn(net(mode.layout(X_i)), y_i) * (len(y_i) / len(y))
-            scale(loss).backward()
-        finish(net)
+            mode.backward(loss)  # the wrapper's finish() runs at its end
         total += loss.detach().float()
-    if mode.scaler:
-        mode.scaler.step(optimizer)
-        mode.scaler.update()
-    else:
-        optimizer.step()
+    mode.step(optimizer)
     return total
 
 
@@ -141,67 +123,21 @@ def train_internals(
     ``options`` are fields of chapter 5's
     :class:`~companion.ddp.config.DDPConfig` (model, batch sizes, epochs, lr,
     seed, max_steps, precision, channels_last: the profile's by default, so
-    the ``gpu`` profile runs chapter 1's fast baseline). Same sampler, loader,
-    evaluation and records as ``train_ddp``; each step is
-    :func:`accumulation_step`.
+    the ``gpu`` profile runs chapter 1's fast baseline). Chapter 5's loop
+    (:mod:`companion.ddp.loop`), with the variant as its wrapper and
+    :func:`accumulation_step` as its step.
     """
     check_choice(variant, "variant", VARIANTS)
     check_not_empty(data.train, "data.train", "give training samples")
-    rank, world_size = dist.get_rank(), dist.get_world_size()
-    cfg = DDPConfig(get_profile(profile).name, **options).resolve(world_size)
-    device = rank_device()
-    sampler = DistributedSampler(data.train, world_size, rank, seed=cfg.seed)
-    train_iter = SampledLoader(data.train, sampler, cfg.per_rank_batch, device)
-    set_seed(cfg.seed)
-    net = get_model(cfg.model).to(device)
-    mode = MathMode(cfg.precision, device, cfg.channels_last)
-    if mode.channels_last:
-        net.to(memory_format=torch.channels_last)
-    warm_up(net, *next(iter(train_iter)), cfg.lr)  # on a copy: one-off costs untimed
-    net = wrap(net, variant, bucket_cap_mb)
-    loss_fn = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(net.parameters(), lr=cfg.lr)
-    step = partial(
-        accumulation_step, micro_batches=micro_batches, no_sync=no_sync, mode=mode
-    )
-    record = partial(
-        Record,
-        variant,
-        world_size,
-        hardware=hardware_label(),
-        profile=cfg.profile,
-        model=cfg.model,
-        dataset=data.name,
-        precision=str(mode),
-    )
-    records, steps = [], 0
-    for epoch in range(cfg.epochs):
-        sampler.set_epoch(epoch)
-        totals = torch.zeros(2, dtype=torch.float64, device=device)
-        dist.barrier()
-        with Timer(device) as timer:
-            for X, y in train_iter:
-                totals[0] += step(net, X, y, loss_fn, optimizer) * len(y)
-                totals[1] += len(y)
-                steps += 1
-                if steps == cfg.max_steps:
-                    break
-        dist.all_reduce(totals)
-        test_acc = evaluate_distributed(net.module, data.test, device)
-        if rank == 0:
-            loss_sum, n = totals.tolist()
-            records.append(
-                record(
-                    epoch=epoch + 1,
-                    test_acc=test_acc,
-                    sec_per_epoch=timer.seconds,
-                    samples_per_sec=n / timer.seconds,
-                    train_loss=loss_sum / n,
-                )
-            )
-        if steps == cfg.max_steps:
-            break
-    return InternalsResult(records, flat_params(net), getattr(net, "allreduces", None))
+    cfg = DDPConfig(get_profile(profile).name, **options).resolve(dist.get_world_size())
+
+    def step(mode: MathMode):
+        return partial(accumulation_step, micro_batches=micro_batches, no_sync=no_sync, mode=mode)
+
+    net = partial(wrap, variant=variant, bucket_cap_mb=bucket_cap_mb)
+    run = setup_rank(data, cfg, variant, net, make_step=step)
+    records = train_epochs(run, data)
+    return InternalsResult(records, flat_params(run.net), getattr(run.net, "allreduces", None))
 
 
 def internals_worker(

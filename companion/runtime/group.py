@@ -34,6 +34,7 @@ __all__ = [
     "MASTER_ADDR",
     "backend_for",
     "rank_device",
+    "ddp_device_ids",
     "threads_per_worker",
     "join_group",
     "init_from_env",
@@ -74,6 +75,15 @@ def rank_device(
     return (
         torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
     )
+
+
+def ddp_device_ids(device: torch.device) -> list[torch.device] | None:
+    """DDP's ``device_ids`` for a model on ``device``: ``[device]`` on a GPU, ``None`` on the CPU.
+
+    ``None`` on the CPU also keeps ``nn.DataParallel`` from moving a CPU
+    rank's model to a GPU that happens to be present.
+    """
+    return [device] if device.type == "cuda" else None
 
 
 def _check_rank_device(local_rank: int | None, backend: str | None) -> None:

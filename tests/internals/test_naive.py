@@ -3,7 +3,7 @@ even and uneven shares); frozen and tied parameters; no_sync; a clear error with
 import pytest
 import torch
 
-from companion.internals import NaiveDDP, trainable_parameters
+from companion.internals import NaiveDDP, can_finish_in_backward, trainable_parameters
 
 from .workers import STEPS, MICRO, assert_replicas_equal_reference, assert_same, quirky, reference
 
@@ -15,6 +15,20 @@ pytestmark = pytest.mark.ch6
 def test_naive_equals_one_process_on_the_global_batch(runs, world_size, uneven):
     batches, results = runs
     assert_replicas_equal_reference(results[world_size], ("NaiveDDP", uneven), reference(batches))
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("uneven", [False, True])
+@pytest.mark.parametrize("variant", ["NaiveDDP", "HookedDDP", "BucketedDDP"])
+def test_the_explicit_finish_fallback_trains_the_same(runs, world_size, uneven, variant):
+    """finish_in_backward=False: the loop calls finish() (a second call does nothing)."""
+    batches, results = runs
+    want = reference(batches, unused=variant != "HookedDDP")
+    assert_replicas_equal_reference(results[world_size], (variant, "explicit", uneven), want)
+
+
+def test_finish_is_queued_on_the_autograd_engine_of_this_torch():
+    assert can_finish_in_backward()  # else the wrappers would need finish() by hand
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 4])

@@ -7,7 +7,7 @@ from companion.core import Data, ImageSet, load_data
 from companion.ddp import train_reference_ddp
 from companion.runtime import launch
 
-from .workers import train_several
+from .workers import chapter5_loop, train_several
 
 pytestmark = pytest.mark.ch6
 
@@ -66,3 +66,19 @@ def test_mixed_precision_buckets_train_within_the_stated_tolerance_of_fp32(small
         assert not torch.equal(got.params, fp32.params)  # the switch really changed the math
         torch.testing.assert_close(got.params, results[1][runs.index(run)].params)  # replicas agree
         assert abs(got.records[-1].train_loss - fp32.records[-1].train_loss) < 0.05
+
+
+def test_chapter_5s_loop_drives_each_rebuilt_ddp_as_it_drives_torch_s(small):
+    """Drop-ins: no finish() call anywhere in chapter 5's loop, and each wrapper ends where torch's
+    DDP and the one-process reference end."""
+    variants = ["NaiveDDP", "HookedDDP", "BucketedDDP", "torch DDP"]
+    options = {"model": "lenet", "global_batch": GLOBAL_BATCH, "lr": LR, "epochs": 2, "max_steps": STEPS}
+    results = launch(chapter5_loop, 2, small, variants, **options, backend="gloo", timeout=300)
+    expected = train_reference_ddp(2, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=STEPS,
+                                   model="lenet")
+    torch_ddp = results[0][-1][0]
+    for rank in (0, 1):
+        for variant, (params, methods) in zip(variants, results[rank]):
+            torch.testing.assert_close(params, torch_ddp, msg=lambda m, v=variant: f"{v}: {m}")
+            torch.testing.assert_close(params, expected, msg=lambda m, v=variant: f"{v}: {m}")
+            assert methods == ([variant, variant] if rank == 0 else [])

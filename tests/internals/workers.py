@@ -7,7 +7,7 @@ from torch.nn import functional as F
 
 from companion.core import set_seed
 from companion.ddp import UnusedParameters
-from companion.internals import TiedFrozenUnused, accumulation_step, finish, wrap
+from companion.internals import TiedFrozenUnused, accumulation_step, wrap
 
 LR = 0.1
 STEPS, GLOBAL, MICRO = 3, 24, 3  # steps, global batch, micro-batches of the shared runs
@@ -37,8 +37,13 @@ def shares(n: int, world_size: int, uneven: bool) -> list[int]:
     return sizes
 
 
-def train_variant(rank, world_size, variant, batches, uneven, unused=True, **options):
-    """Steps on this rank's share of each global batch: (first step's grads, final params)."""
+def train_variant(rank, world_size, variant, batches, uneven, unused=True, explicit=False, **options):
+    """Steps on this rank's share of each global batch: (first step's grads, final params).
+
+    ``explicit``: the wrappers' fallback, ``finish_in_backward=False`` and ``net.finish()``
+    called after backward (twice: the second call must do nothing)."""
+    if explicit:
+        options["finish_in_backward"] = False
     net = wrap(quirky(unused, seed=rank), variant, **options)  # rank 0's copy is broadcast
     opt = torch.optim.SGD(net.parameters(), lr=LR)
     first = None
@@ -47,8 +52,10 @@ def train_variant(rank, world_size, variant, batches, uneven, unused=True, **opt
         start = sum(sizes[:rank])
         X, y = X[start:start + sizes[rank]], y[start:start + sizes[rank]]
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(net(X), y).backward()
-        finish(net)
+        F.cross_entropy(net(X), y).backward()  # driven exactly as torch's DDP: no finish() call
+        if explicit:
+            net.finish()
+            net.finish()
         first = grads_of(net) if first is None else first
         opt.step()
     return first, params_of(net)
@@ -65,6 +72,10 @@ def every_variant(rank, world_size, batches, micro_batches):
             out["BucketedDDP", cap, uneven] = train_variant(
                 rank, world_size, "BucketedDDP", batches, uneven, bucket_cap_mb=cap,
                 find_unused_parameters=True, **weigh)
+        for variant in ("NaiveDDP", "HookedDDP", "BucketedDDP"):
+            out[variant, "explicit", uneven] = train_variant(
+                rank, world_size, variant, batches, uneven, variant != "HookedDDP", explicit=True,
+                **weigh, **({"find_unused_parameters": True} if variant == "BucketedDDP" else {}))
     for unused in (True, False):
         out["torch DDP", unused] = train_variant(rank, world_size, "torch DDP", batches, False, unused,
                                                  find_unused_parameters=unused)
@@ -79,9 +90,8 @@ def unused_errors(rank, world_size, batch):
     messages = {}
     for variant in ("HookedDDP", "BucketedDDP"):
         net = wrap(quirky(), variant, bucket_cap_mb=0.001)
-        F.cross_entropy(net(X), y).backward()
         try:
-            finish(net)
+            F.cross_entropy(net(X), y).backward()  # finish() runs, and raises, at its end
             messages[variant] = ""
         except UnusedParameters as err:
             messages[variant] = str(err)
@@ -147,3 +157,20 @@ def train_several(rank, world_size, data, runs):
     from companion.internals import train_internals
 
     return [train_internals(data, "ci", **options) for options in runs]
+
+
+def chapter5_loop(rank, world_size, data, variants, **options):
+    """Chapter 5's loop unchanged (its setup, epochs and chapter 1's train_step), with each
+    variant as the wrapper: the flat parameters at the end, one per variant."""
+    from functools import partial
+
+    from companion.core import flat_params
+    from companion.ddp import DDPConfig, setup_rank, train_epochs
+
+    cfg = DDPConfig("ci", **options).resolve(world_size)
+    out = []
+    for variant in variants:
+        run = setup_rank(data, cfg, variant, partial(wrap, variant=variant))
+        records = train_epochs(run, data)
+        out.append((flat_params(run.net), [r.method for r in records]))
+    return out

@@ -1,0 +1,46 @@
+"""Chapter 9: sharded data parallelism: ZeRO-1, 2 and 3 by hand, then torch's versions.
+
+:mod:`.flat` (flat, padded shards), :mod:`.zero1` (optimizer state
+sharded), :mod:`.zero2` (gradients too, reduce-scattered per bucket),
+:mod:`.zero3` (parameters too, gathered per unit), :mod:`.library`
+(``ZeroRedundancyOptimizer``, FSDP2), :mod:`.training` (one call for every
+method), :mod:`.ledger` (bytes per collective), :mod:`.memory` (state per
+rank, formulas, the calculator), :mod:`.measure` (one measured step),
+:mod:`.checkpoint` (``torch.distributed.checkpoint``, N ranks to M),
+:mod:`.timeline` (ZeRO-3's gathers, waits and reduce-scatters, drawn),
+:mod:`.verify` (every method against one process, float64).
+"""
+
+# Every module's public names, re-exported: ``from companion.sharding import ...``.
+from . import checkpoint, flat, ledger, library, measure, memory, timeline, training, verify, zero1, zero2, zero3
+from .checkpoint import *  # noqa: F401,F403
+from .flat import *  # noqa: F401,F403
+from .ledger import *  # noqa: F401,F403
+from .library import *  # noqa: F401,F403
+from .measure import *  # noqa: F401,F403
+from .memory import *  # noqa: F401,F403
+from .timeline import *  # noqa: F401,F403
+from .training import *  # noqa: F401,F403
+from .verify import *  # noqa: F401,F403
+from .zero1 import *  # noqa: F401,F403
+from .zero2 import *  # noqa: F401,F403
+from .zero3 import *  # noqa: F401,F403
+
+__all__ = list(
+    dict.fromkeys(
+        [
+            *flat.__all__,
+            *zero1.__all__,
+            *zero2.__all__,
+            *zero3.__all__,
+            *library.__all__,
+            *training.__all__,
+            *ledger.__all__,
+            *memory.__all__,
+            *measure.__all__,
+            *checkpoint.__all__,
+            *timeline.__all__,
+            *verify.__all__,
+        ]
+    )
+)

@@ -1,0 +1,93 @@
+"""Checkpoints of sharded state: saved by N ranks, loaded by M, with ``torch.distributed.checkpoint``.
+
+Used in: chapter 9 (chapter 8's complete snapshot can take this path).
+
+A ZeRO-3 rank holds a shard of each parameter and of each optimizer moment,
+so no rank can write ``torch.save(model.state_dict())`` alone, and
+gathering everything on rank 0 needs the memory sharding was meant to save.
+``torch.distributed.checkpoint`` (DCP) lets every rank write its own
+shards, in parallel, plus a metadata file saying which piece of which
+tensor is where. Loading asks for the pieces the *new* layout needs, so a
+checkpoint written by 2 ranks loads on 1, 3 or 4.
+
+:func:`save_sharded` and :func:`load_sharded` wrap DCP with the
+``get_state_dict`` / ``set_state_dict`` helpers, which name the optimizer's
+state by parameter *name* (not by position), so it survives resharding.
+:func:`checkpoint_worker` trains FSDP2 a few steps, saves or loads, and
+reports what a test needs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.nn import functional as F
+
+from ..core.checks import check_choice, check_int
+from ..core.training import set_seed
+from ..internals.care import TiedFrozenUnused
+from .library import fsdp2
+from .training import full_parameters
+
+__all__ = ["save_sharded", "load_sharded", "checkpoint_worker"]
+
+
+def save_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str | Path) -> Path:
+    """Every rank writes its shards of model and optimizer into the folder ``path``."""
+    model_state, optim_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path))
+    return Path(path)
+
+
+def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str | Path) -> None:
+    """Every rank reads the pieces its own shards need, whatever the saving world size."""
+    if not (Path(path) / ".metadata").is_file():
+        raise FileNotFoundError(
+            f"no DCP checkpoint at {str(path)!r} (its .metadata file is missing): "
+            f"give the folder that save_sharded wrote"
+        )
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optim": optim_state}
+    # A parameter that never had a gradient (unused) has no optimizer state in the
+    # checkpoint; the fresh optimizer's empty one for it is kept.
+    dcp.load(state, checkpoint_id=str(path), planner=DefaultLoadPlanner(allow_partial_load=True))
+    set_state_dict(
+        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+    )
+
+
+def _step(model, optimizer, X: torch.Tensor, y: torch.Tensor) -> None:
+    rank, n = dist.get_rank(), dist.get_world_size()
+    X_r, y_r = X.tensor_split(n)[rank], y.tensor_split(n)[rank]
+    (F.cross_entropy(model(X_r), y_r, reduction="sum") * n / len(y)).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def checkpoint_worker(
+    rank: int, world_size: int, path: str, action: str, X: torch.Tensor, y: torch.Tensor,
+    steps: int = 2,
+) -> dict[str, torch.Tensor]:
+    """Worker: FSDP2 with Adam on the chapter-6 model; ``action`` ``"save"`` trains ``steps``
+    steps on ``(X, y)`` and saves, ``"load"`` loads into a differently seeded model.
+    Both then take one more step. Returns the whole parameters at both moments."""
+    check_choice(action, "action", ("save", "load"))
+    check_int(steps, "steps", 0)
+    set_seed(0 if action == "save" else 1)
+    model, optimizer = fsdp2(TiedFrozenUnused(), torch.optim.Adam, lr=1e-2)
+    if action == "save":
+        for _ in range(steps):
+            _step(model, optimizer, X, y)
+        save_sharded(model, optimizer, path)
+    else:
+        load_sharded(model, optimizer, path)
+    dist.barrier()
+    at_checkpoint = full_parameters(model, optimizer)
+    _step(model, optimizer, X, y)
+    return {"at checkpoint": at_checkpoint, "one step later": full_parameters(model, optimizer)}

@@ -1,0 +1,98 @@
+"""Flat shards: many parameters laid end to end in one buffer, cut into equal pieces.
+
+Used in: chapter 9.
+
+Every stage of ZeRO starts from the same picture. The trainable parameters
+of a model (or of one unit of it) are laid end to end in one flat vector of
+``numel`` numbers. With ``N`` ranks, rank ``r`` owns the slice
+``[r * shard, (r + 1) * shard)``, where ``shard = ceil(numel / N)``: when
+``numel`` does not divide by ``N`` the vector is padded with zeros at the
+end, so every shard has the same length (the collectives
+``reduce_scatter_single`` and ``all_gather_single`` need equal pieces).
+The padding is never trained: its gradient is always zero.
+
+:class:`FlatShards` holds that layout for a list of parameters: where each
+one sits in the flat vector (:meth:`~FlatShards.views`), this rank's slice
+of it, and the flat gradient with zeros where a parameter got none.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+__all__ = ["padded_size", "FlatShards", "check_sharding_group"]
+
+
+def padded_size(numel: int, world_size: int) -> int:
+    """``numel`` rounded up to a multiple of ``world_size`` (every shard equally long)."""
+    if numel < 0 or world_size < 1:
+        raise ValueError(
+            f"padded_size needs numel >= 0 and world_size >= 1, got {numel} and {world_size}"
+        )
+    return math.ceil(numel / world_size) * world_size
+
+
+class FlatShards:
+    """The flat layout of ``params`` over ``world_size`` ranks, seen from ``rank``."""
+
+    def __init__(self, params: Sequence[nn.Parameter], world_size: int, rank: int):
+        if not params:
+            raise ValueError("FlatShards needs at least one parameter")
+        kinds = {(p.dtype, p.device) for p in params}
+        if len(kinds) > 1:
+            raise ValueError(
+                f"one flat buffer holds one dtype on one device, got {sorted(map(str, kinds))}: "
+                f"move the model with net.to(dtype, device) first"
+            )
+        self.params = list(params)
+        self.shapes = [p.shape for p in self.params]
+        self.sizes = [p.numel() for p in self.params]
+        self.numel = sum(self.sizes)
+        self.world_size, self.rank = world_size, rank
+        self.padded = padded_size(self.numel, world_size)
+        self.shard_numel = self.padded // world_size
+        self.dtype, self.device = self.params[0].dtype, self.params[0].device
+
+    @property
+    def lo(self) -> int:
+        return self.rank * self.shard_numel
+
+    def empty(self) -> torch.Tensor:
+        """A new flat, padded vector of this layout (zeros)."""
+        return torch.zeros(self.padded, dtype=self.dtype, device=self.device)
+
+    def flatten(self, tensors: Sequence[torch.Tensor | None]) -> torch.Tensor:
+        """``tensors`` (one per parameter; ``None`` counts as zeros) as one padded vector."""
+        flat = self.empty()
+        for piece, t in zip(self.views(flat), tensors):
+            if t is not None:
+                piece.copy_(t)
+        return flat
+
+    def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """Each parameter's place in ``flat``, shaped like the parameter (views, no copy)."""
+        pieces = flat[: self.numel].split(self.sizes)
+        return [piece.view(shape) for piece, shape in zip(pieces, self.shapes)]
+
+    def shard(self, flat: torch.Tensor) -> torch.Tensor:
+        """This rank's slice of ``flat`` (a view)."""
+        return flat[self.lo : self.lo + self.shard_numel]
+
+    def flat_grad(self) -> torch.Tensor:
+        """The parameters' gradients, flat and padded; zeros where ``.grad`` is ``None``."""
+        return self.flatten([p.grad for p in self.params])
+
+
+def check_sharding_group(name: str) -> tuple[int, int]:
+    """``(rank, world_size)`` of the default process group, or a clear error."""
+    if not dist.is_initialized():
+        raise RuntimeError(
+            f"{name} needs a process group: create it inside a worker started by "
+            f"companion.runtime.launch (or torchrun), then wrap the model"
+        )
+    return dist.get_rank(), dist.get_world_size()

@@ -1,0 +1,119 @@
+"""A ledger of every collective: how many bytes each rank sends, per kind, per step.
+
+Used in: chapter 9.
+
+:func:`count_bytes` replaces, for the duration of a ``with`` block, the
+collectives of ``torch.distributed`` that the chapter's code, FSDP2 and
+DDP's Python communication hook call, with counting versions that then
+call the real one. Each call is written down with the size of the *whole*
+tensor (the all-reduced buffer, the gathered output, the reduce-scattered
+input). :func:`ring_cost` turns one entry into what a ring sends per rank,
+in chapter 3's terms (messages, bytes):
+
+* all-reduce of ``B`` bytes: ``2 (N - 1)`` messages, ``2 (N - 1) / N * B`` bytes;
+* reduce-scatter or all-gather: ``N - 1`` messages, ``(N - 1) / N * B`` bytes
+  (each is one half of the ring all-reduce);
+* broadcast: ``B`` bytes from the root (counted on every rank as an upper bound).
+
+So per step with ``psi`` parameters of ``b`` bytes: DDP ``2 (N-1)/N * b psi``;
+ZeRO-1 and ZeRO-2 the same (reduce-scatter + all-gather); ZeRO-3 one more
+all-gather, ``1.5`` times as much (:func:`expected_bytes`).
+:meth:`Ledger.seconds` prices the ledger with a fitted ``(alpha, beta)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+from ..core.checks import check_choice, check_int
+
+__all__ = ["Ledger", "count_bytes", "ring_cost", "expected_bytes"]
+
+KINDS = {  # torch.distributed function: (kind, the argument that is the whole tensor)
+    "all_reduce": ("all-reduce", "tensor"),
+    "reduce_scatter_single": ("reduce-scatter", "input"),
+    "reduce_scatter_tensor": ("reduce-scatter", "input"),
+    "all_gather_single": ("all-gather", "output_tensor"),
+    "all_gather_into_tensor": ("all-gather", "output_tensor"),
+    "broadcast": ("broadcast", "tensor"),
+}
+
+
+def ring_cost(kind: str, nbytes: int, world_size: int) -> tuple[float, float]:
+    """``(messages, bytes)`` one rank sends for a collective over ``nbytes`` in a ring."""
+    check_choice(kind, "kind", sorted({k for k, _ in KINDS.values()}))
+    n = check_int(world_size, "world_size")
+    if n == 1:
+        return 0.0, 0.0
+    if kind == "all-reduce":
+        return 2.0 * (n - 1), 2.0 * (n - 1) / n * nbytes
+    if kind == "broadcast":
+        return float(n - 1), float(nbytes)
+    return float(n - 1), (n - 1) / n * nbytes
+
+
+@dataclass
+class Ledger:
+    """The collectives called in a block: ``(kind, bytes of the whole tensor)`` each."""
+
+    world_size: int
+    calls: list[tuple[str, int]] = field(default_factory=list)
+
+    def sent(self, kind: str | None = None) -> float:
+        """Bytes this rank sends, over every call (or only those of ``kind``)."""
+        return sum(
+            ring_cost(k, b, self.world_size)[1] for k, b in self.calls if kind in (None, k)
+        )
+
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(k for k, _ in self.calls))
+
+    def seconds(self, alpha: float, beta: float) -> float:
+        """Chapter 3's model over the ledger: ``sum(messages * alpha + bytes * beta)``."""
+        total = 0.0
+        for kind, nbytes in self.calls:
+            messages, sent = ring_cost(kind, nbytes, self.world_size)
+            total += messages * alpha + sent * beta
+        return total
+
+
+def _counting(name: str, real, ledger: Ledger):
+    kind, argument = KINDS[name]
+    signature = inspect.signature(real)
+
+    def counted(*args, **kwargs):
+        tensor = signature.bind(*args, **kwargs).arguments[argument]
+        ledger.calls.append((kind, tensor.numel() * tensor.element_size()))
+        return real(*args, **kwargs)
+
+    return counted
+
+
+@contextlib.contextmanager
+def count_bytes() -> Iterator[Ledger]:
+    """Inside: every collective of :data:`KINDS` is written into the yielded ledger."""
+    ledger = Ledger(dist.get_world_size())
+    saved = {name: getattr(dist, name) for name in KINDS}
+    for name, real in saved.items():
+        setattr(dist, name, _counting(name, real, ledger))
+    try:
+        yield ledger
+    finally:
+        for name, real in saved.items():
+            setattr(dist, name, real)
+
+
+def expected_bytes(method: str, param_bytes: int, world_size: int) -> float:
+    """What one step of ``method`` sends per rank, by the formulas above."""
+    n = check_int(world_size, "world_size")
+    ring = (n - 1) / n * param_bytes  # one half of an all-reduce
+    halves = {"DDP": 2, "ZeRO-1": 2, "ZeRO-2": 2, "ZeRO-3": 3}
+    check_choice(method, "method", list(halves))
+    return halves[method] * ring

@@ -1,0 +1,83 @@
+"""The library versions: ``ZeroRedundancyOptimizer`` (ZeRO-1) and FSDP2's ``fully_shard``.
+
+Used in: chapter 9.
+
+* :func:`zero_redundancy` is torch's ZeRO-1: the model in DDP (whole
+  parameters, gradients all-reduced) and
+  ``torch.distributed.optim.ZeroRedundancyOptimizer``, which gives each rank
+  whole parameters to own (not a flat slice), steps those, and broadcasts them.
+* :func:`fsdp2` is torch's ZeRO-3: ``fully_shard`` applied to each unit
+  (:func:`~.zero3.default_units`), then to the root, on a one-dimensional
+  ``DeviceMesh`` (the process group, seen as a mesh: ``"cpu"`` with gloo,
+  ``"cuda"`` with nccl). Parameters become ``DTensor`` shards; forward and
+  backward hooks gather and free them as :class:`~.zero3.Zero3` does.
+  ``reshard_after_forward=True`` is ZeRO-3 (free after forward, gather again
+  for backward); ``False`` keeps them gathered until backward, which is
+  ZeRO-2's memory with ZeRO-3's code. ``mode`` bf16 becomes a
+  ``MixedPrecisionPolicy``: bf16 copies for compute, fp32 gradients reduced.
+
+Both broadcast rank 0's parameters and buffers first, as the hand-written
+stages do, and return ``(model, optimizer)`` for the usual loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.optim import ZeroRedundancyOptimizer
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ..core.precision import MathMode
+from ..internals.naive import broadcast_state, trainable_parameters
+from .flat import check_sharding_group
+from .zero1 import check_precision
+from .zero3 import default_units
+
+__all__ = ["zero_redundancy", "fsdp2", "mixed_precision_policy"]
+
+
+def zero_redundancy(
+    net: nn.Module, optimizer_class: type, find_unused_parameters: bool = False, **defaults: Any
+) -> tuple[DDP, ZeroRedundancyOptimizer]:
+    """``net`` in DDP and torch's ZeRO-1 optimizer over its trainable parameters."""
+    check_sharding_group("zero_redundancy")
+    device = next(net.parameters()).device
+    ids = [device] if device.type == "cuda" else None
+    model = DDP(net, device_ids=ids, find_unused_parameters=find_unused_parameters)
+    model.register_comm_hook(None, allreduce_hook)  # torch's own, in Python: countable
+    params = [p for _, p in trainable_parameters(net)]
+    return model, ZeroRedundancyOptimizer(params, optimizer_class=optimizer_class, **defaults)
+
+
+def mixed_precision_policy(mode: MathMode | None) -> MixedPrecisionPolicy:
+    """FSDP2's policy for ``mode``: bf16 compute with fp32 reduction, or plain fp32."""
+    check_precision(mode, "fsdp2")
+    if mode is None or mode.dtype is None:
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(param_dtype=mode.dtype, reduce_dtype=torch.float32)
+
+
+def fsdp2(
+    net: nn.Module,
+    optimizer_class: type,
+    units: list[nn.Module] | None = None,
+    reshard_after_forward: bool = True,
+    mode: MathMode | None = None,
+    **defaults: Any,
+) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """``fully_shard`` on each unit, then the root; an ordinary optimizer over the shards."""
+    _, world_size = check_sharding_group("fsdp2")
+    broadcast_state(net)
+    device = next(net.parameters()).device
+    mesh = init_device_mesh(device.type, (world_size,))
+    policy = mixed_precision_policy(mode)
+    for unit in default_units(net) if units is None else units:
+        fully_shard(unit, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+    fully_shard(net, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
+    params = [p for _, p in trainable_parameters(net)]
+    return net, optimizer_class(params, **defaults)

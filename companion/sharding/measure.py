@@ -1,0 +1,137 @@
+"""One step of each method, measured: bytes sent (the ledger), memory held, seconds.
+
+Used in: chapter 9 (and ``python -m companion.bench sharding``).
+
+:func:`state_worker` runs every method of ``methods`` on the same model
+and batch: a first step (the optimizer state comes into being, lazy
+initialisation is done), then a second step inside
+:func:`~.ledger.count_bytes`, with :func:`~.memory.measure_state` taken
+within and after it. It returns, per method,
+the collectives of that step, the state after it and its *peak*: the
+largest state sampled after each layer's forward and each gradient's
+accumulation within the step (gathered units and gradients in flight
+included; buffers inside a collective are not seen). :func:`divisible_mlp` is a model whose every layer, and
+their sum, has a size divisible by 1, 2, 3 and 4, so formulas hold exactly.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn import functional as F
+
+from ..core.devices import synchronize
+from ..core.precision import MathMode
+from ..core.training import set_seed
+from ..runtime.group import rank_device
+from .ledger import count_bytes
+from .memory import measure_state
+from .training import METHODS, shard
+
+__all__ = ["divisible_mlp", "state_worker", "time_worker", "bench_worker"]
+
+
+def divisible_mlp(width: int = 24, depth: int = 3) -> nn.Sequential:
+    """Linear layers 784 -> width -> ... -> 12 classes; ``width`` a multiple of 12."""
+    if width % 12:
+        raise ValueError(f"width must be a multiple of 12 (sizes divide by 1-4), got {width}")
+    sizes = [28 * 28] + [width] * depth + [12]
+    layers = [nn.Flatten()]
+    for a, b in zip(sizes, sizes[1:]):
+        layers += [nn.Linear(a, b), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+def _batch(batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(dist.get_rank())
+    X = torch.randn(batch, 1, 28, 28, generator=g)
+    return X.to(device), torch.randint(0, 12, (batch,), generator=g).to(device)
+
+
+def state_worker(
+    rank: int, world_size: int, methods=METHODS, width: int = 24, depth: int = 3,
+    precision: str = "fp32", batch: int = 8,
+) -> dict[str, dict[str, Any]]:
+    """Worker: ``{method: {"calls", "state", "peak", "psi"}}`` of one measured step."""
+    device = rank_device()
+    mode = MathMode(precision, device)
+    X, y = _batch(batch, device)
+    out = {}
+    for method in methods:
+        set_seed(0)
+        net = divisible_mlp(width, depth).to(device)
+        psi = sum(p.numel() for p in net.parameters())
+        model, opt = shard(method, net, mode=mode, lr=1e-3)
+        for measured in (False, True):
+            samples: list[int] = []
+            hooks = _sample_during_step(net, lambda: samples.append(measure_state(model, opt)["total"]))
+            with count_bytes() as ledger:
+                with mode.autocast():
+                    loss = F.cross_entropy(model(X), y)
+                loss.backward()
+                opt.step()
+            state = measure_state(model, opt)
+            for hook in hooks:
+                hook.remove()
+            opt.zero_grad()
+        peak = max(samples + [state["total"]])
+        out[method] = {"calls": ledger.calls, "state": state, "peak": peak, "psi": psi}
+    return out
+
+
+def _sample_during_step(net: nn.Module, sample) -> list:
+    """Hooks that call ``sample()`` after each layer's forward and each gradient's
+    accumulation (the state then includes gathered units and gradients in flight)."""
+    hooks = [m.register_forward_hook(lambda *_: sample()) for m in net.modules()
+             if not list(m.children())]
+    hooks += [p.register_post_accumulate_grad_hook(lambda _: sample())
+              for p in net.parameters() if p.requires_grad]
+    return hooks
+
+
+def time_worker(
+    rank: int, world_size: int, methods=("ZeRO-3", "FSDP2"), width: int = 96, depth: int = 4,
+    batch: int = 32, steps: int = 10, rounds: int = 3,
+) -> dict[str, float]:
+    """Worker: ``{method: median seconds per step}``, methods taking turns, warm-up excluded.
+
+    A step's time is the slowest rank's (one all-reduce of the times at the end).
+    """
+    device = rank_device()
+    X, y = _batch(batch, device)
+    runs = {}
+    for method in methods:
+        set_seed(0)
+        runs[method] = shard(method, divisible_mlp(width, depth).to(device), lr=1e-3)
+    times = torch.zeros(rounds * steps, len(methods), dtype=torch.float64)
+    for r in range(rounds):
+        for j, (model, opt) in enumerate(runs.values()):
+            for i in range(-2, steps):  # two untimed steps each turn
+                dist.barrier()
+                synchronize(device)
+                start = time.perf_counter()
+                F.cross_entropy(model(X), y).backward()
+                opt.step()
+                opt.zero_grad()
+                synchronize(device)
+                if i >= 0:
+                    times[r * steps + i, j] = time.perf_counter() - start
+    times = times.to(device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)
+    medians = times.cpu().median(dim=0).values.tolist()
+    return dict(zip(methods, medians))
+
+
+def bench_worker(
+    rank: int, world_size: int, width: int, depth: int, batch: int, steps: int, rounds: int
+) -> dict[str, Any]:
+    """Worker of ``python -m companion.bench sharding``: step times and memory, one run."""
+    return {
+        "seconds": time_worker(rank, world_size, ("ZeRO-3", "ZeRO-3 prefetch", "FSDP2"),
+                               width, depth, batch, steps, rounds),
+        "state": state_worker(rank, world_size, METHODS, width, depth, "fp32", batch),
+    }

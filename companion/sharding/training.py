@@ -1,0 +1,127 @@
+"""Every sharded method behind one call: ``(model, optimizer) = shard(method, net, ...)``.
+
+Used in: chapter 9.
+
+:func:`shard` wraps a freshly built model (inside a process group) in one
+of :data:`METHODS`; the result is driven by the ordinary loop, unchanged:
+``loss = loss_fn(model(X), y); loss.backward(); optimizer.step();
+optimizer.zero_grad()``. ``"DDP"`` is torch's DDP with a plain optimizer,
+the replicated baseline. :func:`full_parameters` gathers the whole
+parameters of any of them, to compare with one device.
+:func:`train_sharded` trains whole epochs with any of them through chapter
+5's one loop (:mod:`companion.ddp.loop`), which needs no change for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ..core.checks import check_choice
+from ..core.data import Data
+from ..core.precision import MathMode
+from ..core.profiles import Profile, get_profile
+from ..core.results import Record
+from ..ddp.config import DDPConfig
+from ..ddp.loop import setup_rank, train_epochs
+from ..internals.naive import trainable_parameters
+from ..runtime.group import rank_device
+from .library import fsdp2, zero_redundancy
+from .zero1 import Zero1, check_precision
+from .zero2 import Zero2
+from .zero3 import Zero3
+
+__all__ = ["METHODS", "shard", "full_parameters", "ShardedResult", "train_sharded", "sharded_worker"]
+
+METHODS = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "ZeRO-3 prefetch", "ZeroRedundancyOptimizer", "FSDP2")
+
+
+def shard(
+    method: str,
+    net: nn.Module,
+    optimizer_class: type = torch.optim.Adam,
+    mode: MathMode | None = None,
+    find_unused_parameters: bool = False,
+    bucket_cap_mb: float = 25.0,
+    **defaults: Any,
+) -> tuple[nn.Module, Any]:
+    """``net`` and its optimizer under ``method``; ``defaults`` go to ``optimizer_class``."""
+    check_choice(method, "method", METHODS)
+    check_precision(mode, method)
+    if method == "DDP":
+        device = next(net.parameters()).device
+        ids = [device] if device.type == "cuda" else None
+        model = DDP(net, device_ids=ids, find_unused_parameters=find_unused_parameters)
+        model.register_comm_hook(None, allreduce_hook)  # torch's own, in Python: countable
+        return model, optimizer_class([p for _, p in trainable_parameters(net)], **defaults)
+    if method == "ZeRO-1":
+        return net, Zero1(net, optimizer_class, **defaults)
+    if method == "ZeRO-2":
+        return net, Zero2(net, optimizer_class, bucket_cap_mb, **defaults)
+    if method.startswith("ZeRO-3"):
+        return net, Zero3(net, optimizer_class, prefetch="prefetch" in method, **defaults)
+    if method == "ZeroRedundancyOptimizer":
+        return zero_redundancy(net, optimizer_class, find_unused_parameters, **defaults)
+    return fsdp2(net, optimizer_class, mode=mode, **defaults)
+
+
+@torch.no_grad()
+def full_parameters(model: nn.Module, optimizer: Any) -> torch.Tensor:
+    """The trainable parameters, whole, flattened into one vector on the CPU."""
+    if isinstance(optimizer, Zero3):
+        whole = optimizer.full_parameters()
+    else:
+        net = model.module if isinstance(model, DDP) else model
+        whole = [
+            p.full_tensor() if isinstance(p, DTensor) else p.detach()
+            for _, p in trainable_parameters(net)
+        ]
+    return torch.cat([t.reshape(-1).cpu() for t in whole])
+
+
+class ShardedResult(NamedTuple):
+    """What :func:`train_sharded` returns on each rank."""
+
+    records: list[Record]  # one per epoch on rank 0; [] on the other ranks
+    params: torch.Tensor  # the final parameters, whole, flattened, on the CPU
+
+
+def train_sharded(
+    data: Data, profile: Profile | str | None = None, method: str = "ZeRO-3",
+    momentum: float = 0.0, **options: Any,
+) -> ShardedResult:
+    """Train with ``method`` through chapter 5's loop; every rank of a group calls it.
+
+    ``options`` are fields of :class:`~companion.ddp.config.DDPConfig`. The
+    loop is :mod:`companion.ddp.loop` unchanged: ``wrap`` shards the seeded
+    model and ``make_optimizer`` hands over the optimizer built with it
+    (SGD, with ``momentum`` if given), whose ``step()`` does the rest.
+    """
+    check_choice(method, "method", METHODS)
+    cfg = DDPConfig(get_profile(profile).name, **options).resolve(dist.get_world_size())
+    check_precision(MathMode(cfg.precision, rank_device()), method)
+    made = {}
+
+    def wrap(net: nn.Module) -> nn.Module:
+        model, made["optimizer"] = shard(
+            method, net, torch.optim.SGD, find_unused_parameters=cfg.find_unused_parameters,
+            lr=cfg.lr, momentum=momentum,
+        )
+        return model
+
+    run = setup_rank(data, cfg, method, wrap, make_optimizer=lambda params, lr: made["optimizer"])
+    records = train_epochs(run, data)
+    return ShardedResult(records, full_parameters(run.net, run.optimizer))
+
+
+def sharded_worker(
+    rank: int, world_size: int, data: Data, profile: Profile | str | None = None, **options: Any
+) -> ShardedResult:
+    """:func:`train_sharded` as a worker of :func:`~companion.runtime.launcher.launch`."""
+    return train_sharded(data, profile, **options)

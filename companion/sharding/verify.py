@@ -1,0 +1,72 @@
+"""The chapter's equivalence check: every method against one process, in float64.
+
+Used in: chapter 9 (and its tests).
+
+:func:`compare_worker` trains chapter 6's awkward model (a tied weight, a
+frozen layer, an unused parameter and a buffer, :class:`TiedFrozenUnused`)
+in float64 with each method on uneven local shares of the same global
+batches; each rank's loss is its share of the global mean loss times ``N``,
+so the ``1/N`` average of the gradients is exactly the gradient of the
+global mean. :func:`one_process` trains the same model on the whole global
+batch with the plain optimizer. Equal up to float64 rounding means equal.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn import functional as F
+
+from ..core.training import set_seed
+from ..internals.care import TiedFrozenUnused
+from .training import METHODS, full_parameters, shard
+
+__all__ = ["OPTIMIZERS", "global_batches", "one_process", "compare_worker"]
+
+OPTIMIZERS = {
+    "Adam": (torch.optim.Adam, {"lr": 1e-2}),
+    "SGD momentum": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
+}
+
+
+def _model() -> TiedFrozenUnused:
+    set_seed(0)
+    return TiedFrozenUnused().double()
+
+
+def global_batches(steps: int = 3, n: int = 11, seed: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``steps`` random global batches of ``n`` float64 images (11 splits unevenly)."""
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(n, 1, 28, 28, generator=g, dtype=torch.float64),
+             torch.randint(0, 10, (n,), generator=g)) for _ in range(steps)]
+
+
+def one_process(batches, optimizer: str = "Adam") -> torch.Tensor:
+    """The trainable parameters after one process's steps on the global batches."""
+    net = _model()
+    cls, hp = OPTIMIZERS[optimizer]
+    opt = cls([p for p in net.parameters() if p.requires_grad], **hp)
+    for X, y in batches:
+        F.cross_entropy(net(X), y).backward()
+        opt.step()
+        opt.zero_grad()
+    return torch.cat([p.detach().reshape(-1) for p in net.parameters() if p.requires_grad])
+
+
+def compare_worker(
+    rank: int, world_size: int, batches, methods=METHODS, optimizers=tuple(OPTIMIZERS)
+) -> dict[tuple[str, str], torch.Tensor]:
+    """Worker: ``{(method, optimizer): whole parameters after the steps}`` on this rank."""
+    out = {}
+    for method in methods:
+        for optimizer in optimizers:
+            cls, hp = OPTIMIZERS[optimizer]
+            model, opt = shard(method, _model(), cls, find_unused_parameters=True,
+                               bucket_cap_mb=0.001, **hp)  # several buckets for ZeRO-2
+            for X, y in batches:
+                X_r, y_r = X.tensor_split(world_size)[rank], y.tensor_split(world_size)[rank]
+                loss = F.cross_entropy(model(X_r), y_r, reduction="sum") * world_size / len(y)
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+            out[method, optimizer] = full_parameters(model, opt)
+    return out

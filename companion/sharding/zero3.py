@@ -1,0 +1,248 @@
+"""ZeRO stage 3: parameters sharded too, gathered per unit just before they are used.
+
+Used in: chapter 9.
+
+Each rank keeps only its shard of every parameter. The model is cut into
+*units* (by default the top-level children that own trainable parameters;
+what is left, and any parameter that two units share, such as a tied
+weight, forms the *root* unit). Each unit is one flat, padded buffer
+(:class:`~.flat.FlatShards`) whose views are the unit's parameters. Its
+life in one step:
+
+* forward: just before the unit runs, ``all_gather_single`` fills the
+  buffer from the shards; just after, the buffer's storage is freed
+  (``resize_(0)``: the parameters keep their shape, lose their memory);
+* backward: a hook on the unit's output fires just before backward reaches
+  the unit and gathers the buffer again (autograd saved the parameters,
+  not copies: they must be whole when used);
+* when every gradient of the unit is ready, they are flattened, divided by
+  ``N``, reduce-scattered (asynchronously) into this rank's shard and the
+  buffer is freed again.
+
+The root unit is gathered once per step and freed after backward, as
+FSDP2 does for its root. ``optimizer.step()`` waits, launches any unit whose
+gradients were incomplete (an unused parameter: zeros), and steps the
+shards. Bytes: an all-gather in forward and another in backward, plus a
+reduce-scatter: 1.5 times DDP's all-reduce. With ``prefetch=True`` the
+gather of the next unit (next in forward order, or in backward order)
+starts while the current one computes. Frozen parameters are not sharded.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils._pytree import tree_leaves
+
+from ..internals.naive import broadcast_state
+from .flat import FlatShards
+from .zero1 import ShardedOptimizer
+
+__all__ = ["Unit", "Zero3", "default_units"]
+
+
+def default_units(net: nn.Module) -> list[nn.Module]:
+    """The top-level children of ``net`` that own trainable parameters shared with no
+    other child (a tied weight keeps both of its modules in the root)."""
+    children = list(net.children())
+    seen: dict[nn.Parameter, int] = {}
+    for m in children:
+        for p in m.parameters():
+            seen[p] = seen.get(p, 0) + 1
+    return [
+        m
+        for m in children
+        if any(p.requires_grad for p in m.parameters())
+        and all(seen[p] == 1 for p in m.parameters())
+    ]
+
+
+class Unit:
+    """One unit's flat buffer (gathered or freed), its shard, its gradient buffer."""
+
+    def __init__(self, name: str, params: list[nn.Parameter], world_size: int, rank: int):
+        self.name, self.layout = name, FlatShards(params, world_size, rank)
+        self.full = self.layout.flatten([p.detach() for p in params])
+        for p, view in zip(params, self.layout.views(self.full)):
+            p.data = view  # views for good; only the storage comes and goes
+        self.shard = self.layout.shard(self.full).clone()
+        self.nbytes = self.full.untyped_storage().nbytes()
+        self.gathered, self.work = True, None
+        self.grad: torch.Tensor | None = None
+        self.ready: set[int] = set()
+        self.pending: list[tuple[Any, torch.Tensor]] = []
+
+    def start_gather(self) -> Any:
+        """Allocate the buffer and start filling it from every rank's shard."""
+        if self.gathered or self.work is not None:
+            return None
+        self.full.untyped_storage().resize_(self.nbytes)
+        # .data: a fresh version counter, so autograd does not see the refill as a change
+        self.work = dist.all_gather_single(self.full.data, self.shard, async_op=True)
+        return self.work
+
+    def wait(self) -> None:
+        """Wait for the gather in flight, if any."""
+        if self.work is not None:
+            self.work.wait()
+            self.work, self.gathered = None, True
+
+    def free(self) -> None:
+        self.wait()  # never free a buffer a collective is still writing
+        self.full.untyped_storage().resize_(0)
+        self.gathered = False
+
+
+class Zero3(ShardedOptimizer):
+    """ZeRO-3 by hand: ``Zero3(net, torch.optim.Adam, lr=1e-3)``; ``net`` is used as is."""
+
+    def __init__(
+        self,
+        net: nn.Module,
+        optimizer_class: type,
+        units: list[nn.Module] | None = None,
+        prefetch: bool = False,
+        **defaults: Any,
+    ):
+        super().__init__(net, optimizer_class, "Zero3", **defaults)
+        broadcast_state(net)
+        self.prefetch, self.timeline, self._unfinished = bool(prefetch), None, {}
+        self.units, modules = self._build_units(units)
+        self.root = self.units[-1] if self.units[-1].name == "root" else None
+        self.order: list[Unit] = []  # forward order, learnt in the first forward
+        self.gathers = self.reduce_scatters = 0
+        for unit, module in zip(self.units, modules):
+            if module is not None:
+                module.register_forward_pre_hook(partial(self._pre_forward, unit))
+                module.register_forward_hook(partial(self._post_forward, unit))
+            for i, p in enumerate(unit.layout.params):
+                p.register_post_accumulate_grad_hook(partial(self._grad_ready, unit, i))
+        net.register_forward_pre_hook(self._root_pre_forward)
+        for unit in self.units:
+            unit.free()
+        self._make_inner([u.shard for u in self.units])
+
+    def _build_units(self, units):
+        modules = default_units(self.net) if units is None else list(units)
+        owners: dict[nn.Parameter, list[int]] = {}
+        for k, m in enumerate(modules):
+            for p in m.parameters():
+                owners.setdefault(p, []).append(k)
+        names = {m: n for n, m in self.net.named_modules()}
+        built, kept = [], []
+        for k, m in enumerate(modules):
+            mine = [p for _, p in self.named if owners.get(p) == [k]]
+            if mine:
+                built.append(Unit(names.get(m, f"unit {k}"), mine, self.world_size, self.rank))
+                kept.append(m)
+        rest = [p for _, p in self.named if len(owners.get(p, [])) != 1]
+        if rest:  # the root's own parameters and the ones units share
+            built.append(Unit("root", rest, self.world_size, self.rank))
+            kept.append(None)
+        return built, kept
+
+    def _gather(self, unit: Unit) -> None:
+        start = time.perf_counter()
+        if work := unit.start_gather():
+            self.gathers += 1
+            self._note(f"gather {unit.name}", work, start)
+
+    def _note(self, label: str, work, start: float) -> None:
+        """Timeline: ``label`` runs from ``start`` until its future completes (gloo's
+        reduce-scatter has no future: its end is then when ``step()`` waited for it)."""
+        if self.timeline is None:
+            return
+        end = lambda _=None: self.timeline.append((label, start, time.perf_counter()))
+        try:
+            work.get_future().then(end)
+        except RuntimeError:
+            self._unfinished[work] = end
+
+    def _use(self, unit: Unit) -> None:
+        """Make ``unit`` whole: gather it (unless prefetched) and wait; note the wait."""
+        self._gather(unit)
+        start = time.perf_counter()
+        unit.wait()
+        if self.timeline is not None:
+            self.timeline.append((f"wait {unit.name}", start, time.perf_counter()))
+
+    def _root_pre_forward(self, net, args) -> None:
+        if self.root is not None:
+            self._use(self.root)
+
+    def _pre_forward(self, unit: Unit, module, args) -> None:
+        if torch.is_grad_enabled() and len(self.order) < len(self.units) and unit not in self.order:
+            self.order.append(unit)
+        self._use(unit)
+        if self.prefetch:
+            self._prefetch(unit, +1)
+
+    def _post_forward(self, unit: Unit, module, args, output) -> None:
+        unit.free()  # reshard after forward
+        if torch.is_grad_enabled():
+            for t in tree_leaves(output):
+                if torch.is_tensor(t) and t.requires_grad:
+                    t.register_hook(partial(self._pre_backward, unit))
+
+    def _pre_backward(self, unit: Unit, grad: torch.Tensor) -> torch.Tensor:
+        self._use(unit)
+        if self.prefetch:
+            self._prefetch(unit, -1)
+        return grad
+
+    def _prefetch(self, unit: Unit, direction: int) -> None:
+        if unit in self.order:
+            k = self.order.index(unit) + direction
+            if 0 <= k < len(self.order):
+                self._gather(self.order[k])
+
+    @torch.no_grad()
+    def _grad_ready(self, unit: Unit, i: int, p: nn.Parameter) -> None:
+        if unit.grad is None:
+            unit.grad = unit.layout.empty()
+        torch.mul(p.grad, 1.0 / self.world_size, out=unit.layout.views(unit.grad)[i])
+        p.grad = None
+        unit.ready.add(i)
+        if len(unit.ready) == len(unit.layout.params):
+            self._reduce_scatter(unit)
+
+    def _reduce_scatter(self, unit: Unit) -> None:
+        grad = unit.grad if unit.grad is not None else unit.layout.empty()
+        out = torch.empty_like(unit.shard)
+        start = time.perf_counter()
+        work = dist.reduce_scatter_single(out, grad, async_op=True)
+        self._note(f"reduce-scatter {unit.name}", work, start)
+        unit.pending.append((work, out))
+        unit.grad, unit.ready = None, set()
+        self.reduce_scatters += 1
+        unit.free()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for unit in self.units:  # unused parameters: zeros, in unit order on every rank
+            if unit.ready or not unit.pending:
+                self._reduce_scatter(unit)
+        for unit, shard in zip(self.units, self.shard_params):
+            for work, out in unit.pending:
+                work.wait()
+                self._unfinished.pop(work, lambda: None)()
+                shard.grad = out if shard.grad is None else shard.grad.add_(out)
+            unit.pending = []
+            unit.free()
+        self.inner.step()
+
+    @torch.no_grad()
+    def full_parameters(self) -> list[torch.Tensor]:
+        """Every trainable parameter, whole (gathered, copied), in ``named_parameters`` order."""
+        for unit in self.units:
+            self._gather(unit)
+            unit.wait()
+        whole = [p.detach().clone() for _, p in self.named]
+        for unit in self.units:
+            unit.free()
+        return whole

@@ -1,0 +1,20 @@
+"""The chapter 9 benchmark runs and reports what it measured (no timing assertions)."""
+import pytest
+
+from companion.bench import available
+from companion.bench.sharding import measure, report
+from companion.sharding import METHODS
+
+pytestmark = pytest.mark.ch9
+
+
+def test_sharding_benchmark_times_zero3_and_fsdp2_and_measures_every_method():
+    assert "sharding" in available()
+    seen = measure(2, "ci", rounds=1, steps=1)
+    assert set(seen["seconds"]) == {"ZeRO-3", "ZeRO-3 prefetch", "FSDP2"}
+    assert all(s > 0 for s in seen["seconds"].values())
+    assert list(seen["state"]) == list(METHODS)
+    assert all(r["peak"] >= r["state"]["total"] > 0 for r in seen["state"].values())
+    text = report(seen)
+    assert "ZeRO-3 / FSDP2 = " in text and "target <= 1.25" in text and "CPU" in text
+    assert "profile ci" in text and "fp32" in text and "ZeRO-3 measured state vs formula" in text

@@ -1,0 +1,57 @@
+"""Bad input to chapter 9's public functions gets a clear error naming the argument, the
+value and what to do (the pattern of tests/test_bad_input.py). Every row runs in this process
+without a process group: the checks come before any collective."""
+import pytest
+import torch
+from torch import nn
+
+import companion.sharding as sh
+from companion.core import MathMode
+
+LIN = nn.Linear(3, 2)
+FP16 = MathMode("fp16", "cpu")
+
+
+
+def bench_cli(option, value):
+    from companion.bench.sharding import main
+
+    main([option, value])
+
+
+CASES = [
+    ("padded_size world_size=0", lambda t: sh.padded_size(10, 0), ValueError, r"world_size >= 1, got 10 and 0"),
+    ("FlatShards no parameters", lambda t: sh.FlatShards([], 2, 0), ValueError, r"at least one parameter"),
+    ("FlatShards mixed dtypes", lambda t: sh.FlatShards([LIN.weight, nn.Parameter(torch.zeros(2, dtype=torch.float64))], 2, 0), ValueError, r"one dtype on one device.*net\.to"),
+    ("Zero1 without a group", lambda t: sh.Zero1(nn.Linear(3, 2), torch.optim.Adam), RuntimeError, r"Zero1 needs a process group.*companion\.runtime\.launch"),
+    ("Zero2 without a group", lambda t: sh.Zero2(nn.Linear(3, 2), torch.optim.Adam), RuntimeError, r"Zero2 needs a process group"),
+    ("Zero3 without a group", lambda t: sh.Zero3(nn.Linear(3, 2), torch.optim.Adam), RuntimeError, r"Zero3 needs a process group"),
+    ("Zero1 optimizer instance", lambda t: sh.Zero1(LIN, torch.optim.SGD(LIN.parameters(), lr=1)), TypeError, r"optimizer_class must be a torch\.optim\.Optimizer class such as torch\.optim\.Adam"),
+    ("Zero2 net not a module", lambda t: sh.Zero2("net", torch.optim.Adam), TypeError, r"net"),
+    ("fsdp2 without a group", lambda t: sh.fsdp2(nn.Linear(3, 2), torch.optim.Adam), RuntimeError, r"fsdp2 needs a process group"),
+    ("zero_redundancy without a group", lambda t: sh.zero_redundancy(nn.Linear(3, 2), torch.optim.Adam), RuntimeError, r"zero_redundancy needs a process group"),
+    ("mixed_precision_policy fp16", lambda t: sh.mixed_precision_policy(FP16), ValueError, r"fsdp2: precision 'fp16' .*use precision='bf16' or 'fp32'"),
+    ("shard unknown method", lambda t: sh.shard("ZeRO-4", nn.Linear(3, 2)), ValueError, r"unknown method 'ZeRO-4'; choose one of"),
+    ("shard fp16", lambda t: sh.shard("ZeRO-2", nn.Linear(3, 2), mode=FP16), ValueError, r"ZeRO-2: precision 'fp16'"),
+    ("formula_bytes unknown method", lambda t: sh.formula_bytes("ZeRO-9", 10, 2), ValueError, r"unknown method 'ZeRO-9'"),
+    ("formula_bytes unknown precision", lambda t: sh.formula_bytes("DDP", 10, 2, "fp8"), ValueError, r"unknown precision 'fp8'"),
+    ("formula_bytes psi=-1", lambda t: sh.formula_bytes("DDP", -1, 2), ValueError, r"psi must be an integer >= 0, got -1"),
+    ("formula_bytes world_size=0", lambda t: sh.formula_bytes("DDP", 10, 0), ValueError, r"world_size must be .*got 0"),
+    ("fits memory_gib=0", lambda t: sh.fits(10, 2, 0, "DDP"), ValueError, r"memory_gib must be .*GiB"),
+    ("ring_cost unknown kind", lambda t: sh.ring_cost("all-to-all", 10, 2), ValueError, r"unknown kind 'all-to-all'"),
+    ("ring_cost world_size=0", lambda t: sh.ring_cost("all-reduce", 10, 0), ValueError, r"world_size must be .*got 0"),
+    ("expected_bytes FSDP3", lambda t: sh.expected_bytes("FSDP3", 10, 2), ValueError, r"unknown method 'FSDP3'"),
+    ("divisible_mlp width=10", lambda t: sh.divisible_mlp(10), ValueError, r"width must be a multiple of 12.*got 10"),
+    ("load_sharded missing", lambda t: sh.load_sharded(LIN, torch.optim.SGD(LIN.parameters(), lr=1), t), FileNotFoundError, r"no DCP checkpoint at .*save_sharded"),
+    ("bench sharding --world-size 0", lambda t: bench_cli("--world-size", "0"), SystemExit, r"2"),
+    ("bench sharding --steps x", lambda t: bench_cli("--steps", "x"), SystemExit, r"2"),
+    ("checkpoint_worker action", lambda t: sh.checkpoint_worker(0, 1, str(t), "copy", None, None), ValueError, r"unknown action 'copy'"),
+    ("checkpoint_worker steps=-1", lambda t: sh.checkpoint_worker(0, 1, str(t), "save", None, None, -1), ValueError, r"steps must be an integer >= 0, got -1"),
+]
+
+
+@pytest.mark.ch9
+@pytest.mark.parametrize("call, error, message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_gets_a_clear_error(tmp_path, call, error, message):
+    with pytest.raises(error, match=message):
+        call(tmp_path)

@@ -1,0 +1,33 @@
+"""Sharded checkpoints: FSDP2's model and Adam state saved by N ranks load on M ranks
+(2->1, 1->2, 2->3) with the parameters equal, and the next step equal too (the moments came
+along)."""
+import pytest
+import torch
+
+from companion.runtime import launch
+from companion.sharding.checkpoint import checkpoint_worker, load_sharded
+
+pytestmark = pytest.mark.ch9
+
+
+@pytest.fixture(scope="module")
+def batch():
+    g = torch.Generator().manual_seed(2)
+    return torch.randn(9, 1, 28, 28, generator=g), torch.randint(0, 10, (9,), generator=g)
+
+
+@pytest.mark.parametrize("saved_on, loaded_on", [(2, 1), (1, 2), (2, 3)])
+def test_saved_on_n_ranks_loads_on_m(tmp_path, batch, saved_on, loaded_on):
+    path = str(tmp_path / "ckpt")
+    saved = launch(checkpoint_worker, saved_on, path, "save", *batch, backend="gloo", timeout=240)
+    loaded = launch(checkpoint_worker, loaded_on, path, "load", *batch, backend="gloo", timeout=240)
+    for got in loaded:
+        torch.testing.assert_close(got["at checkpoint"], saved[0]["at checkpoint"], rtol=0, atol=0)
+        torch.testing.assert_close(got["one step later"], saved[0]["one step later"])
+    assert not torch.equal(saved[0]["at checkpoint"], saved[0]["one step later"])
+
+
+def test_loading_from_a_folder_without_a_checkpoint_says_so(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no DCP checkpoint at .*save_sharded"):
+        load_sharded(torch.nn.Linear(2, 2), torch.optim.SGD(torch.nn.Linear(2, 2).parameters()),
+                     tmp_path)

@@ -1,0 +1,34 @@
+"""The byte ledger: ZeRO-1 and ZeRO-2 send what DDP's all-reduce sends, ZeRO-3 (and FSDP2)
+1.5 times as much; the ring costs and the alpha-beta price of a ledger."""
+import pytest
+
+from companion.sharding.ledger import Ledger, expected_bytes, ring_cost
+
+pytestmark = pytest.mark.ch9
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_each_method_sends_what_its_formula_says(measured, world_size):
+    for rank, run in enumerate(measured[world_size]):
+        psi_bytes = 4 * run["DDP"]["psi"]
+        sent = {m: Ledger(world_size, r["calls"]).sent() for m, r in run.items()}
+        ddp = expected_bytes("DDP", psi_bytes, world_size)
+        assert sent["DDP"] == pytest.approx(ddp)
+        for method in ("ZeRO-1", "ZeRO-2"):
+            assert sent[method] == pytest.approx(sent["DDP"]), (method, rank)
+        for method in ("ZeRO-3", "ZeRO-3 prefetch", "FSDP2"):
+            assert sent[method] == pytest.approx(1.5 * sent["DDP"]), (method, rank)
+            assert sent[method] == pytest.approx(expected_bytes("ZeRO-3", psi_bytes, world_size))
+        kinds = Ledger(world_size, run["ZeRO-3"]["calls"]).counts()
+        layers = 4  # divisible_mlp's Linear layers: one gather each way and one reduce-scatter
+        assert kinds == {"all-gather": 2 * layers, "reduce-scatter": layers}
+
+
+def test_ring_costs_and_the_price_of_a_ledger():
+    assert ring_cost("all-reduce", 1000, 4) == (6.0, 1500.0)
+    assert ring_cost("reduce-scatter", 1000, 4) == (3.0, 750.0)
+    assert ring_cost("all-gather", 1000, 1) == (0.0, 0.0)
+    ledger = Ledger(4, [("reduce-scatter", 1000), ("all-gather", 1000)])
+    assert ledger.sent() == 2 * 750.0 == Ledger(4, [("all-reduce", 1000)]).sent()
+    assert ledger.seconds(alpha=1e-5, beta=1e-9) == pytest.approx(6 * 1e-5 + 1500 * 1e-9)
+    assert ledger.counts() == {"reduce-scatter": 1, "all-gather": 1}

@@ -1,0 +1,30 @@
+"""Chapter 5's loop drives every sharded method unchanged: after the same steps on the same
+global batches, each ends where one process ends (fp32, LeNet, the sample data)."""
+import pytest
+import torch
+
+from companion.core import load_data
+from companion.ddp import train_reference_ddp
+from companion.runtime import launch
+from companion.sharding import METHODS
+from companion.study import subset
+
+from .workers import several
+
+pytestmark = pytest.mark.ch9
+
+GLOBAL_BATCH, LR, STEPS = 32, 0.1, 4
+
+
+def test_the_loop_drives_every_method_like_one_process():
+    small = subset(load_data("mnist-sample", verbose=False), 301, 101)  # odd: the sampler pads
+    options = {"model": "lenet", "global_batch": GLOBAL_BATCH, "lr": LR, "epochs": 2,
+               "max_steps": STEPS}
+    results = launch(several, 2, small, METHODS, **options, backend="gloo", timeout=300)
+    expected = train_reference_ddp(2, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=STEPS,
+                                   model="lenet")
+    for rank in (0, 1):
+        for method, got in zip(METHODS, results[rank]):
+            torch.testing.assert_close(got.params, expected, msg=lambda m, v=method: f"{v}: {m}")
+            assert [(r.method, r.n_devices) for r in got.records] == ([(method, 2)] if rank == 0 else [])
+            assert all(0 <= r.test_acc <= 1 and r.precision == "fp32" for r in got.records)
