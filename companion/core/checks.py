@@ -18,7 +18,16 @@ __all__ = [
     "check_not_empty",
     "check_module",
     "positive_arg",
+    "check_tensor",
+    "check_batch",
+    "check_distinct",
+    "check_micro_batches",
+    "profile_arg",
+    "PROFILE_HELP",
 ]
+
+#: the one help text of every command line's ``--profile``
+PROFILE_HELP = "ci, cpu or gpu (default: $BOOK_PROFILE, else chosen from the hardware)"
 
 
 def _fix(hint: str) -> str:
@@ -107,3 +116,77 @@ def positive_arg(kind: type):
 
     parse.__name__ = kind.__name__
     return parse
+
+
+def check_tensor(value: Any, name: str, hint: str = "") -> Any:
+    """``value`` if it is a ``torch.Tensor``; ``TypeError`` naming ``name`` else."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"{name} must be a torch.Tensor, got {type(value).__name__}{_fix(hint)}"
+        )
+    return value
+
+
+def check_batch(net: Any, X: Any, y: Any) -> None:
+    """``(X, y)`` as a classifier's training step takes them, before torch sees them.
+
+    ``X``: a tensor in the floating dtype of ``net``'s parameters (a float64
+    batch into a float32 model fails deep inside a layer); ``y``: integer class
+    labels, one per sample (float labels of shape ``(N,)`` are not labels).
+    """
+    check_tensor(X, "X", "pass the batch's inputs as one tensor")
+    check_tensor(y, "y", "pass the batch's labels as one tensor")
+    param = next((p for p in net.parameters() if p.is_floating_point()), None)
+    if param is not None and X.is_floating_point() and X.dtype != param.dtype:
+        raise TypeError(
+            f"X has dtype {X.dtype} but the model's parameters are {param.dtype}: "
+            f"convert the batch with X.to({param.dtype})"
+        )
+    if y.dim() == 1 and y.is_floating_point():
+        raise TypeError(
+            f"y holds {y.dtype} values, not class labels: pass integer labels "
+            f"(y.long()), one per sample"
+        )
+    if len(X) != len(y):
+        raise ValueError(
+            f"X holds {len(X)} samples but y {len(y)} labels: give one label per sample"
+        )
+
+
+def check_distinct(values: Iterable, name: str) -> list:
+    """``values`` as a list if no value repeats; ``ValueError`` naming the repeats else."""
+    values = list(values)
+    repeated = sorted({v for v in values if values.count(v) > 1})
+    if repeated:
+        raise ValueError(
+            f"{name} repeats {repeated} in {values}: give each value once"
+        )
+    return values
+
+
+def profile_arg(text: str) -> str:
+    """An argparse ``type`` for ``--profile``: one of the profiles' names."""
+    from .profiles import PROFILES
+
+    if text.lower() not in PROFILES:
+        raise argparse.ArgumentTypeError(
+            f"unknown profile {text!r}; choose one of {', '.join(sorted(PROFILES))}"
+        )
+    return text.lower()
+
+
+def check_micro_batches(micro_batches: Any, y: Any) -> int:
+    """``micro_batches`` if it is an integer from 1 to the ``len(y)`` samples of the batch.
+
+    More micro-batches than samples would train on empty slices (a ``nan`` loss).
+    """
+    check_int(micro_batches, "micro_batches", 1)
+    if micro_batches > len(y):
+        raise ValueError(
+            f"micro_batches={micro_batches} is more than the batch's {len(y)} samples, "
+            f"so some micro-batches would be empty: use at most {len(y)} (the last "
+            f"batch of an epoch may be smaller), or a larger batch"
+        )
+    return micro_batches

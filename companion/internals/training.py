@@ -23,7 +23,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
-from ..core.checks import check_choice, check_int, check_not_empty
+from ..core.checks import check_choice, check_micro_batches, check_not_empty
 from ..core.data import Data
 from ..core.devices import hardware_label
 from ..core.models import get_model
@@ -96,7 +96,7 @@ def accumulation_step(
     and loss under autocast and, for fp16, scales the loss: the buckets then
     average scaled gradients, which the scaler unscales in its step.
     """
-    check_int(micro_batches, "micro_batches")
+    check_micro_batches(micro_batches, y)
     optimizer.zero_grad(set_to_none=True)
     pieces = list(zip(X.tensor_split(micro_batches), y.tensor_split(micro_batches)))
     total = torch.zeros((), device=X.device)
