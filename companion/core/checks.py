@@ -24,6 +24,7 @@ __all__ = [
     "check_micro_batches",
     "profile_arg",
     "PROFILE_HELP",
+    "DefaultsHelp",
 ]
 
 #: the one help text of every command line's ``--profile``
@@ -190,3 +191,13 @@ def check_micro_batches(micro_batches: Any, y: Any) -> int:
             f"batch of an epoch may be smaller), or a larger batch"
         )
     return micro_batches
+
+
+class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each option's default, unless its help text already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default:" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text  # None / False: the help says what "not given" means
+        return super()._get_help_string(action)

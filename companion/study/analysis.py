@@ -104,7 +104,7 @@ def table(points: Sequence[Point]) -> str:
     for p in points:
         lines.append(
             f"{p.method:<13}{p.n_devices:>8}{p.global_batch:>7}{p.lr_rule:>8}{p.seeds:>6}"
-            f"{p.acc_mean:>9.3f}{f'({p.acc_std:.3f})':>8}{p.sec_per_epoch:>9.3f}"
+            f"{p.acc_mean:>9.3f}{f'({p.acc_std:.3f})' if p.seeds > 1 else '-':>8}{p.sec_per_epoch:>9.3f}"
             f"{p.speedup:>9.2f}{p.efficiency:>8.0%}"
         )
     return "\n".join(lines)
