@@ -25,6 +25,8 @@ __all__ = [
     "profile_arg",
     "PROFILE_HELP",
     "DefaultsHelp",
+    "RawDefaultsHelp",
+    "count_arg",
 ]
 
 #: the one help text of every command line's ``--profile``
@@ -201,3 +203,18 @@ class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
         if "(default:" in text or action.default in (None, False, argparse.SUPPRESS):
             return text  # None / False: the help says what "not given" means
         return super()._get_help_string(action)
+
+
+class RawDefaultsHelp(DefaultsHelp, argparse.RawDescriptionHelpFormatter):
+    """:class:`DefaultsHelp` that prints the description as written (a module docstring)."""
+
+
+def count_arg(text: str) -> int:
+    """An argparse ``type``: an integer >= 0 (``--workers 0`` is a value, ``-1`` is not)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
