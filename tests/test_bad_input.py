@@ -2,6 +2,7 @@
 expected error, message pattern). Every row calls a public function (or the command line) in
 this process; the process-group-dependent checks run before any collective, so no group is
 needed. A reader can scan the table to see what each function refuses and how."""
+import argparse
 import math
 
 import pytest
@@ -17,8 +18,14 @@ import companion.elastic as el
 import companion.runtime as rt
 import companion.split as split
 import companion.study as st
+import companion.troubleshoot as ts
+from companion.elastic import cli as _elastic_cli  # noqa: F401  (el.cli)
+from torch.utils.data import TensorDataset
 
 NAN, INF = math.nan, math.inf
+# troubleshoot's main without torch's @record, whose fault handler needs a real stderr
+TROUBLESHOOT_MAIN = ts.main.__wrapped__
+TENSORS = TensorDataset(torch.zeros(4, 1, 28, 28), torch.arange(4))  # a Dataset, not a Data
 
 
 def _tiny(n: int) -> core.ImageSet:
@@ -79,6 +86,12 @@ def bench_cli(name, option, value):
         raise ValueError(f"argparse exited with {exit_.code}") from None
 
 
+def bench_module(name):
+    import importlib
+
+    return importlib.import_module(f"companion.bench.{name}")
+
+
 def bench_main(name):
     import contextlib
     import io
@@ -89,6 +102,40 @@ def bench_main(name):
     with contextlib.redirect_stderr(err):
         code = main([name])
     raise ValueError(f"exit {code}: {err.getvalue()}")
+
+
+def cli(main, *argv):
+    """A command line's main with bad options: argparse's exit, as a ValueError carrying stderr."""
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            main(list(argv))
+        except SystemExit as exit_:
+            last = err.getvalue().strip().splitlines()[-1:]  # argparse's "prog: error: ..."
+            raise ValueError(f"exit {exit_.code}: {' '.join(last)}") from None
+    raise AssertionError(f"{argv} ran without an error")
+
+
+def elastic_cli(*argv):
+    """The elastic command line's parse and checks, as main runs them before joining a group."""
+    parser = el.build_parser()
+    try:
+        el.cli._check(parser.parse_args(list(argv)))
+    except SystemExit as exit_:
+        raise ValueError(f"argparse exited with {exit_.code}") from None
+
+
+def step(X=X, y=Y, loss=None):
+    model = net()
+    return core.train_step(model, X, y, loss or torch.nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), 0.1))
+
+
+def accumulate(X=X, y=Y, micro_batches=1):
+    model = net()
+    return ic.accumulation_step(model, X, y, torch.nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), 0.1), micro_batches)
 
 
 def write(tmp, name, data: bytes):
@@ -226,8 +273,9 @@ CASES = [
     ("uneven_batch size 0", lambda t: col.uneven_batch([2, 0]), ValueError, r"sizes\[1\] must be a positive integer, got 0"),
     ("global_gradient no sizes", lambda t: col.global_gradient([]), ValueError, r"sizes must name at least one rank.s sample count, got \[\]"),
     # dataparallel (chapter 4)
-    ("chunk_sizes n_devices=0", lambda t: dp.chunk_sizes(10, 0), ValueError, r"need at least one device, got 0"),
-    ("chunk_sizes batch_size=0", lambda t: dp.chunk_sizes(0, 2), ValueError, r"pass a non-empty batch"),
+    ("chunk_sizes n_devices=0", lambda t: dp.chunk_sizes(10, 0), ValueError, r"n_devices must be an integer >= 1, got 0: need at least one device"),
+    ("chunk_sizes batch_size=0", lambda t: dp.chunk_sizes(0, 2), ValueError, r"batch_size must be an integer >= 1, got 0: the number of samples to scatter"),
+    ("chunk_sizes batch_size=2.5", lambda t: dp.chunk_sizes(2.5, 2), TypeError, r"batch_size must be an integer >= 1, got 2\.5"),
     ("global_mean one size short", lambda t: dp.global_mean(torch.ones(2), [3]), ValueError, r"need one mean per replica"),
     ("global_mean zero samples", lambda t: dp.global_mean(torch.ones(2), [0, 0]), ValueError, r"sizes must add up to at least one sample, got \[0, 0\]"),
     ("DataParallelByHand no devices", lambda t: dp.DataParallelByHand(net(), []), ValueError, r"device"),
@@ -324,6 +372,136 @@ CASES = [
     ("global_batches batch not a multiple", lambda t: el.global_batches(range(10), 3, 16, 0), ValueError, r"global batch 16 is not a multiple of 3 ranks"),
     ("agent_command nproc=0", lambda t: el.agent_command("2", 0, "h:1", "job"), ValueError, r"nproc must be an integer >= 1, got 0"),
     ("run_agents timeout=0", lambda t: el.run_agents([], timeout=0), ValueError, r"timeout must be"),
+    # issue 23: wrong results in silence, now refused
+    ("allreduce_ring_pipelined segment=0", lambda t: col.allreduce_ring_pipelined(torch.ones(4), 0), ValueError, r"segment must be an integer >= 1, got 0: give a segment length in elements"),
+    ("allreduce_ring_pipelined segment=-1", lambda t: col.allreduce_ring_pipelined(torch.ones(4), -1), ValueError, r"segment must be an integer >= 1, got -1"),
+    ("allreduce_ring_pipelined segment=2.0", lambda t: col.allreduce_ring_pipelined(torch.ones(4), 2.0), TypeError, r"segment must be an integer >= 1, got 2\.0"),
+    ("allreduce_ring not a tensor", lambda t: col.allreduce_ring([1.0, 2.0]), TypeError, r"tensor must be a torch\.Tensor, got list"),
+    ("allreduce_naive not a tensor", lambda t: col.allreduce_naive(3), TypeError, r"tensor must be a torch\.Tensor, got int"),
+    ("allreduce_recursive_doubling not a tensor", lambda t: col.allreduce_recursive_doubling("x"), TypeError, r"tensor must be a torch\.Tensor, got str"),
+    ("allreduce_mean allreduce not a function", lambda t: col.allreduce_mean(torch.ones(2), "ring"), TypeError, r"allreduce must be a function such as allreduce_ring, got 'ring'"),
+    ("accumulation_step more micro-batches than samples", lambda t: accumulate(micro_batches=5), ValueError, r"micro_batches=5 is more than the batch's 4 samples.*use at most 4"),
+    ("accumulation_step float64 batch", lambda t: accumulate(X=X.double()), TypeError, r"X has dtype torch\.float64 but the model's parameters are torch\.float32: convert the batch"),
+    ("global_mean negative size", lambda t: dp.global_mean(torch.ones(2), [3, -1]), ValueError, r"sizes\[1\] must be an integer >= 0, got -1"),
+    ("study.plan seed twice", lambda t: st.plan(["split"], [1], [0, 0], data=TINY, model="lenet", batch=4, lr=0.1, epochs=1), ValueError, r"seeds repeats \[0\] in \[0, 0\]: give each value once"),
+    ("study.plan device count twice", lambda t: st.plan(["split"], [2, 2], [0], data=TINY, model="lenet", batch=4, lr=0.1, epochs=1), ValueError, r"device_counts repeats \[2\]"),
+    ("study.plan seed=-1", lambda t: st.plan(["split"], [1], [-1], data=TINY, model="lenet", batch=4, lr=0.1, epochs=1), ValueError, r"seed must be an integer >= 0, got -1"),
+    ("crash_at_step crash_rank outside the world", lambda t: ts.crash_at_step(0, 2, crash_rank=2), ValueError, r"crash_rank must be a rank of the 2 processes \(0\.\.1\), got 2: otherwise no rank crashes"),
+    ("crash_at_step step=-1", lambda t: ts.crash_at_step(0, 2, step=-1), ValueError, r"step must be an integer >= 0, got -1"),
+    ("crash_at_step how", lambda t: ts.crash_at_step(0, 2, how="segfault"), ValueError, r"unknown how 'segfault'; choose one of"),
+    # issue 23: raw errors from deep inside, now caught where the input enters
+    ("train_step float64 batch", lambda t: step(X=X.double()), TypeError, r"X has dtype torch\.float64 but the model's parameters are torch\.float32: convert the batch with X\.to\(torch\.float32\)"),
+    ("train_step uint8 images", lambda t: step(X=X.to(torch.uint8)), TypeError, r"X has dtype torch\.uint8 .*X\.float\(\) / 255"),
+    ("train_step float labels", lambda t: step(y=Y.float()), TypeError, r"y holds torch\.float32 values, not class labels: pass integer labels \(y\.long\(\)\)"),
+    ("train_step labels short", lambda t: step(y=Y[:3]), ValueError, r"X holds 4 samples but y 3 labels: give one label per sample"),
+    ("train_step X not a tensor", lambda t: step(X=[[0.0]]), TypeError, r"X must be a torch\.Tensor, got list: pass the batch's inputs as one tensor"),
+    ("split.train_batch float64 batch", lambda t: split.train_batch(X.double(), Y, [net()], CPU, 0.1), TypeError, r"X has dtype torch\.float64"),
+    ("train_batch_foreach float labels", lambda t: split.train_batch_foreach(X, Y.float(), [net()], CPU, 0.1), TypeError, r"y holds torch\.float32 values, not class labels"),
+    ("copy_replicas not a model", lambda t: split.copy_replicas(3, CPU), TypeError, r"net must be a torch\.nn\.Module \(a model\), got int"),
+    ("launch timeout='10'", lambda t: rt.launch(col.whoami, 1, timeout="10"), TypeError, r"timeout must be a positive, finite number, got '10' of type str: give the seconds"),
+    ("launch timeout=inf", lambda t: rt.launch(col.whoami, 1, timeout=INF), ValueError, r"timeout must be a positive, finite number, got inf"),
+    ("launch port=-1", lambda t: rt.launch(col.whoami, 1, port=-1), ValueError, r"port must be an integer >= 0, got -1: give a TCP port from 1 to 65535"),
+    ("launch port=70000", lambda t: rt.launch(col.whoami, 1, port=70000), ValueError, r"port must be at most 65535, got 70000"),
+    ("launch port='29500'", lambda t: rt.launch(col.whoami, 1, port="29500"), TypeError, r"port must be an integer >= 0, got '29500' of type str"),
+    ("join_group timeout='x'", lambda t: rt.join_group("gloo", 0, 1, "x"), TypeError, r"timeout must be a positive, finite number, got 'x'"),
+    ("load_iters TensorDataset", lambda t: core.load_iters(TENSORS, 4), TypeError, r"data must be a companion\.core\.Data .*got TensorDataset: use load_data\(profile\)"),
+    ("train_worker TensorDataset", lambda t: col.train_worker(0, 1, TENSORS, "ci"), TypeError, r"data must be a companion\.core\.Data"),
+    ("train_reference TensorDataset", lambda t: col.train_reference(1, TENSORS, "ci", global_batch=4, lr=0.1, steps=1), TypeError, r"data must be a companion\.core\.Data"),
+    ("train_ddp TensorDataset", lambda t: ddp.train_ddp(TENSORS, "ci"), TypeError, r"data must be a companion\.core\.Data"),
+    ("train_reference_ddp TensorDataset", lambda t: ddp.train_reference_ddp(1, TENSORS, "ci", global_batch=4, lr=0.1, steps=1), TypeError, r"data must be a companion\.core\.Data"),
+    ("train_with_mistake TensorDataset", lambda t: ddp.train_with_mistake(0, 1, TENSORS), TypeError, r"data must be a companion\.core\.Data"),
+    ("train_internals TensorDataset", lambda t: ic.train_internals(TENSORS, "ci"), TypeError, r"data must be a companion\.core\.Data"),
+    ("train_elastic TensorDataset", lambda t: el.train_elastic(TENSORS, ddp.DDPConfig("ci"), el.ElasticOptions(str(t / "s.pt"))), TypeError, r"data must be a companion\.core\.Data"),
+    ("study.subset TensorDataset", lambda t: st.subset(TENSORS, 2, 2), TypeError, r"data must be a companion\.core\.Data"),
+    ("study.plan TensorDataset", lambda t: st.plan(["split"], [1], [0], data=TENSORS, model="lenet", batch=4, lr=0.1, epochs=1), TypeError, r"data must be a companion\.core\.Data"),
+    ("describe_snapshot not a snapshot", lambda t: el.describe_snapshot({"model": {}}), el.SnapshotError, r"snapshot is not a snapshot \(a dict whose 'format' is not 1\): pass what make_snapshot returns"),
+    ("describe_snapshot a number", lambda t: el.describe_snapshot(3), el.SnapshotError, r"snapshot is not a snapshot \(int\)"),
+    ("gather no outputs", lambda t: dp.gather([], "cpu"), ValueError, r"outputs must hold at least 1 item\(s\), one output per replica, from parallel_apply; got \[\]"),
+    ("gather not a list", lambda t: dp.gather(X, "cpu"), TypeError, r"outputs must be a list or tuple of one output per replica"),
+    ("NetWithLoss not a model", lambda t: dp.NetWithLoss(3), TypeError, r"net must be a torch\.nn\.Module \(a model\), got int"),
+    ("NetWithLoss loss not a function", lambda t: dp.NetWithLoss(net(), "ce"), TypeError, r"loss must be a function of \(output, y\), e\.g\. nn\.CrossEntropyLoss\(\), got 'ce'"),
+    ("strip_module_prefix not a dict", lambda t: rt.strip_module_prefix(3), TypeError, r"state must be a state dict \(parameter names to tensors\), got int: pass net\.state_dict\(\)"),
+    ("load_into not a dict", lambda t: rt.load_into(net(), [1]), TypeError, r"state must be a state dict .*got list"),
+    ("Timer unknown device", lambda t: core.Timer("nodevice"), ValueError, r"'nodevice' is not a device: give 'cpu', 'cuda:0'"),
+    ("physical_gpu_ids not a string", lambda t: dp.physical_gpu_ids(3), TypeError, r"value must be a CUDA_VISIBLE_DEVICES string such as '0,1' or 'GPU-\.\.\.', got 3"),
+    ("physical_gpu_ids n_physical=-1", lambda t: dp.physical_gpu_ids("0,1", -1), ValueError, r"n_physical must be an integer >= 0, got -1: the number of GPUs"),
+    ("visible_devices_in_subprocess not a string", lambda t: dp.visible_devices_in_subprocess(0), TypeError, r"value must be a CUDA_VISIBLE_DEVICES string such as '0,1'"),
+    ("scatter not a tuple", lambda t: dp.scatter(X, CPU), TypeError, r"inputs must be a list or tuple of the forward call's arguments, e\.g\. \(X,\), got Tensor"),
+    ("replicate not a model", lambda t: dp.replicate(3, CPU), TypeError, r"net must be a torch\.nn\.Module"),
+    ("DataParallelByHand not a model", lambda t: dp.DataParallelByHand(3, CPU), TypeError, r"module must be a torch\.nn\.Module"),
+    ("check_on_first_device not a model", lambda t: dp.check_on_first_device("net", CPU), TypeError, r"net must be a torch\.nn\.Module"),
+    ("output_device_bytes not a model", lambda t: dp.output_device_bytes([X], 3), TypeError, r"net must be a torch\.nn\.Module"),
+    ("final_accuracy no records", lambda t: core.final_accuracy([]), ValueError, r"final_accuracy needs at least one record"),
+    ("save_records not records", lambda t: core.save_records([{"epoch": 1}], t / "r.json"), TypeError, r"records must hold companion\.core\.Record objects, got dict"),
+    ("set_seed 2**64", lambda t: core.set_seed(2**64), ValueError, r"seed must be at most 18446744073709551615, got 18446744073709551616"),
+    ("check_ranks_agree not a model", lambda t: rt.check_ranks_agree("net"), TypeError, r"module must be a torch\.nn\.Module"),
+    ("describe_replica settings not a dict", lambda t: rt.describe_replica(net(), ["bucket_cap_mb"]), TypeError, r"settings must be a dict of the wrapper's settings"),
+    # the checks themselves (every row above also goes through one of them)
+    ("check_int 1.5", lambda t: core.check_int(1.5, "steps"), TypeError, r"steps must be an integer >= 1, got 1\.5 of type float"),
+    ("check_positive nan", lambda t: core.check_positive(NAN, "lr"), ValueError, r"lr must be a positive, finite number, got nan"),
+    ("check_choice unknown", lambda t: core.check_choice("x", "variant", ["a"]), ValueError, r"unknown variant 'x'; choose one of \['a'\]"),
+    ("check_not_empty empty", lambda t: core.check_not_empty([], "data.train", "give samples"), ValueError, r"data\.train is empty \(0 samples\): give samples"),
+    ("check_module not a model", lambda t: core.check_module(3, "module"), TypeError, r"module must be a torch\.nn\.Module"),
+    ("check_tensor a list", lambda t: core.check_tensor([1], "x"), TypeError, r"x must be a torch\.Tensor, got list"),
+    ("check_batch float64", lambda t: core.check_batch(net(), X.double(), Y), TypeError, r"X has dtype torch\.float64"),
+    ("check_distinct repeats", lambda t: core.check_distinct([1, 2, 1], "seeds"), ValueError, r"seeds repeats \[1\] in \[1, 2, 1\]: give each value once"),
+    ("check_micro_batches 0", lambda t: core.check_micro_batches(0, Y), ValueError, r"micro_batches must be an integer >= 1, got 0"),
+    ("check_step too many micro-batches", lambda t: core.check_step(net(), X, Y, None, 8), ValueError, r"micro_batches=8 is more than the batch's 4 samples"),
+    ("check_port 65536", lambda t: core.check_port(65536), ValueError, r"port must be at most 65535, got 65536"),
+    ("check_data a tuple", lambda t: core.check_data((X, Y)), TypeError, r"data must be a companion\.core\.Data .*got tuple"),
+    ("check_sequence a number", lambda t: core.check_sequence(3, "outputs", "tensors"), TypeError, r"outputs must be a list or tuple of tensors, got int"),
+    ("check_lr 0", lambda t: core.check_lr(0), ValueError, r"lr must be a positive, finite number, got 0: pass a learning rate such as 0\.1"),
+    ("check_training epochs=0", lambda t: core.check_training(0, 0.1, [1], [1]), ValueError, r"epochs must be an integer >= 1, got 0"),
+    ("positive_arg 0", lambda t: core.positive_arg(int)("0"), argparse.ArgumentTypeError, r"must be a positive, finite int, got '0'"),
+    ("count_arg -1", lambda t: core.count_arg("-1"), argparse.ArgumentTypeError, r"must be an integer >= 0, got '-1'"),
+    ("profile_arg laptop", lambda t: core.profile_arg("laptop"), argparse.ArgumentTypeError, r"unknown profile 'laptop'; choose one of ci, cpu, gpu"),
+    # issue 23: 0 is a value on every command line; repeated seeds; help and checks before any work
+    ("study --batch 0", lambda t: cli(st.main, "--batch", "0"), ValueError, r"exit 2: .*argument --batch: must be a positive, finite int, got '0'"),
+    ("study --lr 0", lambda t: cli(st.main, "--lr", "0"), ValueError, r"argument --lr: must be a positive, finite float, got '0'"),
+    ("study --epochs 0", lambda t: cli(st.main, "--epochs", "0"), ValueError, r"argument --epochs: must be a positive, finite int, got '0'"),
+    ("study --samples 0", lambda t: cli(st.main, "--samples", "0"), ValueError, r"argument --samples: must be a positive, finite int, got '0'"),
+    ("study --seeds 0,0", lambda t: cli(st.main, "--seeds", "0,0"), ValueError, r"argument --seeds: the list repeats \[0\] in \[0, 0\]: give each value once"),
+    ("study --seeds -1", lambda t: cli(st.main, "--seeds", "-1"), ValueError, r"argument --seeds: expected integers >= 0 separated by commas, got '-1'"),
+    ("study --devices 0", lambda t: cli(st.main, "--devices", "0"), ValueError, r"argument --devices: expected integers >= 1 separated by commas, got '0'"),
+    ("study --devices 1,x", lambda t: cli(st.main, "--devices", "1,x"), ValueError, r"argument --devices: expected integers separated by commas, got '1,x'"),
+    ("study --profile laptop", lambda t: cli(st.main, "--profile", "laptop"), ValueError, r"argument --profile: unknown profile 'laptop'; choose one of ci, cpu, gpu"),
+    ("study --plot-only on an empty folder", lambda t: cli(st.main, "--plot-only", "--out", str(t)), ValueError, r"--plot-only redraws from .*study\.json, which does not exist: run the study first"),
+    ("study --scaling medium", lambda t: cli(st.main, "--scaling", "medium"), ValueError, r"argument --scaling: invalid choice: 'medium'"),
+    ("study --lr-rule sqrt", lambda t: cli(st.main, "--lr-rule", "sqrt"), ValueError, r"argument --lr-rule: invalid choice: 'sqrt'"),
+    ("study --out under a file", lambda t: cli(st.main, "--plot-only", "--out", str(write(t, "f", b"") / "out")), ValueError, r"--plot-only redraws from .*f/out/study\.json, which does not exist"),
+    ("ddp --profile laptop", lambda t: ddp_cli("--profile", "laptop"), ValueError, r"argparse exited with 2"),
+    ("ddp --lr 0", lambda t: ddp_cli("--lr", "0"), ValueError, r"argparse exited with 2"),
+    ("ddp --epochs 0", lambda t: ddp_cli("--epochs", "0"), ValueError, r"argparse exited with 2"),
+    ("ddp --per-rank-batch 0", lambda t: ddp_cli("--per-rank-batch", "0"), ValueError, r"argparse exited with 2"),
+    ("ddp --timeout 0", lambda t: ddp_cli("--timeout", "0"), ValueError, r"argparse exited with 2"),
+    ("ddp --precision fp8", lambda t: ddp_cli("--precision", "fp8"), ValueError, r"argparse exited with 2"),
+    ("ddp --backend mpi", lambda t: ddp_cli("--backend", "mpi"), ValueError, r"argparse exited with 2"),
+    ("elastic --epochs 0", lambda t: elastic_cli("--snapshot", "s.pt", "--epochs", "0"), ValueError, r"argparse exited with 2"),
+    ("elastic --snapshot-every 0", lambda t: elastic_cli("--snapshot", "s.pt", "--snapshot-every", "0"), ValueError, r"argparse exited with 2"),
+    ("elastic --warmup-steps -1", lambda t: elastic_cli("--snapshot", "s.pt", "--warmup-steps", "-1"), ValueError, r"--warmup-steps must be >= 0, got -1: 0 for none"),
+    ("elastic --momentum 1", lambda t: elastic_cli("--snapshot", "s.pt", "--momentum", "1"), ValueError, r"--momentum must be in \[0, 1\), got 1\.0: e\.g\. 0\.9, or 0"),
+    ("elastic --momentum nan", lambda t: elastic_cli("--snapshot", "s.pt", "--momentum", "nan"), ValueError, r"--momentum must be in \[0, 1\), got nan"),
+    ("elastic --snapshot a directory", lambda t: elastic_cli("--snapshot", str(t)), ValueError, r"--snapshot .* is a directory; give a file name"),
+    ("elastic --snapshot missing", lambda t: elastic_cli("--epochs", "1"), ValueError, r"argparse exited with 2"),
+    ("elastic --profile laptop", lambda t: elastic_cli("--snapshot", "s.pt", "--profile", "laptop"), ValueError, r"argparse exited with 2"),
+    ("elastic --global-batch 0", lambda t: elastic_cli("--snapshot", "s.pt", "--global-batch", "0"), ValueError, r"argparse exited with 2"),
+    ("elastic --model vgg", lambda t: elastic_cli("--snapshot", "s.pt", "--model", "vgg"), ValueError, r"unknown model 'vgg'"),
+    ("elastic --lr 0", lambda t: elastic_cli("--snapshot", "s.pt", "--lr", "0"), ValueError, r"argparse exited with 2"),
+    ("elastic --seed -1", lambda t: elastic_cli("--snapshot", "s.pt", "--seed", "-1"), ValueError, r"argparse exited with 2"),
+    ("elastic --backend mpi", lambda t: elastic_cli("--snapshot", "s.pt", "--backend", "mpi"), ValueError, r"argparse exited with 2"),
+    ("elastic --timeout 0", lambda t: elastic_cli("--snapshot", "s.pt", "--timeout", "0"), ValueError, r"argparse exited with 2"),
+    ("elastic --log-dir under a file", lambda t: elastic_cli("--snapshot", "s.pt", "--log-dir", str(write(t, "f", b"") / "logs")), ValueError, r"--log-dir .*f is a file, not a directory"),
+    ("troubleshoot --crash-rank 5", lambda t: cli(TROUBLESHOOT_MAIN, "--crash-rank", "5"), ValueError, r"exit 2: .*--crash-rank must be a rank of the 1 processes \(0\.\.0\), got 5"),
+    ("troubleshoot --step -1", lambda t: cli(TROUBLESHOOT_MAIN, "--crash-rank", "0", "--step", "-1"), ValueError, r"--step must be an integer >= 0, got -1"),
+    ("troubleshoot --how segfault", lambda t: cli(TROUBLESHOOT_MAIN, "--how", "segfault"), ValueError, r"argument --how: invalid choice: 'segfault'"),
+    ("bench baseline --workers -1", lambda t: cli(bench_module("baseline").main, "--workers", "-1"), ValueError, r"argument --workers: must be an integer >= 0, got '-1'"),
+    ("bench allreduce --mb 1e-7", lambda t: cli(bench_module("allreduce").main, "--mb", "1e-7"), ValueError, r"--mb 1e-07 is less than one float32 \(4 bytes\): give at least 4e-06"),
+    *[(f"bench {name} --profile laptop", lambda t, n=name: cli(bench_module(n).main, "--profile", "laptop"), ValueError,
+       r"argument --profile: unknown profile 'laptop'") for name in ("baseline", "dataparallel", "ddp", "internals", "loop", "split")],
+    ("bench baseline --limit 0", lambda t: cli(bench_module("baseline").main, "--limit", "0"), ValueError, r"argument --limit: must be a positive, finite int, got '0'"),
+    ("bench baseline --rounds 0", lambda t: cli(bench_module("baseline").main, "--rounds", "0"), ValueError, r"argument --rounds: must be a positive, finite int, got '0'"),
+    ("bench internals --sweep-model vgg", lambda t: ic.get_bench_model("vgg"), ValueError, r"unknown model 'vgg'; choose mlp or one of"),
+
 ]
 
 

@@ -22,11 +22,15 @@ __all__ = [
     "check_batch",
     "check_distinct",
     "check_micro_batches",
+    "check_step",
     "profile_arg",
     "PROFILE_HELP",
     "DefaultsHelp",
     "RawDefaultsHelp",
     "count_arg",
+    "check_port",
+    "check_data",
+    "check_sequence",
 ]
 
 #: the one help text of every command line's ``--profile``
@@ -37,11 +41,13 @@ def _fix(hint: str) -> str:
     return f": {hint}" if hint else ""
 
 
-def check_int(value: Any, name: str, minimum: int = 1, hint: str = "") -> int:
-    """``value`` if it is an integer (a bool is not) of at least ``minimum``.
+def check_int(
+    value: Any, name: str, minimum: int = 1, hint: str = "", maximum: int | None = None
+) -> int:
+    """``value`` if it is an integer (a bool is not) of at least ``minimum`` (and at most ``maximum``).
 
     ``TypeError`` for another type (a float world size, ``True``), ``ValueError``
-    for a small one; both name ``name`` and the value, then ``hint``.
+    for a small (or large) one; both name ``name`` and the value, then ``hint``.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(
@@ -52,6 +58,8 @@ def check_int(value: Any, name: str, minimum: int = 1, hint: str = "") -> int:
         raise ValueError(
             f"{name} must be an integer >= {minimum}, got {value!r}{_fix(hint)}"
         )
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be at most {maximum}, got {value!r}{_fix(hint)}")
     return int(value)
 
 
@@ -132,29 +140,33 @@ def check_tensor(value: Any, name: str, hint: str = "") -> Any:
     return value
 
 
-def check_batch(net: Any, X: Any, y: Any) -> None:
-    """``(X, y)`` as a classifier's training step takes them, before torch sees them.
+def check_batch(net: Any, X: Any, y: Any, loss_fn: Any = None) -> None:
+    """``(X, y)`` as a training step takes them, checked before torch sees them.
 
-    ``X``: a tensor in the floating dtype of ``net``'s parameters (a float64
-    batch into a float32 model fails deep inside a layer); ``y``: integer class
-    labels, one per sample (float labels of shape ``(N,)`` are not labels).
+    ``X``: a tensor in the floating dtype of ``net``'s parameters (a float64 or
+    uint8 batch into a float32 model fails deep inside a layer); ``y``: a
+    tensor with one entry per sample; with ``nn.CrossEntropyLoss`` as
+    ``loss_fn``, a 1-D ``y`` must hold integer class labels, not floats.
     """
+    from torch import nn
+
     check_tensor(X, "X", "pass the batch's inputs as one tensor")
     check_tensor(y, "y", "pass the batch's labels as one tensor")
     param = next((p for p in net.parameters() if p.is_floating_point()), None)
-    if param is not None and X.is_floating_point() and X.dtype != param.dtype:
+    if param is not None and X.dtype != param.dtype:
         raise TypeError(
             f"X has dtype {X.dtype} but the model's parameters are {param.dtype}: "
-            f"convert the batch with X.to({param.dtype})"
+            f"convert the batch with X.to({param.dtype}) (images: X.float() / 255)"
         )
-    if y.dim() == 1 and y.is_floating_point():
+    if isinstance(loss_fn, nn.CrossEntropyLoss) and y.dim() == 1 and y.is_floating_point():
         raise TypeError(
             f"y holds {y.dtype} values, not class labels: pass integer labels "
             f"(y.long()), one per sample"
         )
-    if len(X) != len(y):
+    if X.dim() == 0 or len(X) != len(y):
         raise ValueError(
-            f"X holds {len(X)} samples but y {len(y)} labels: give one label per sample"
+            f"X holds {len(X) if X.dim() else 0} samples but y {len(y) if y.dim() else 0} "
+            f"labels: give one label per sample"
         )
 
 
@@ -195,6 +207,12 @@ def check_micro_batches(micro_batches: Any, y: Any) -> int:
     return micro_batches
 
 
+def check_step(net: Any, X: Any, y: Any, loss_fn: Any, micro_batches: int = 1) -> None:
+    """:func:`check_batch` and :func:`check_micro_batches`: a step's inputs, in one call."""
+    check_batch(net, X, y, loss_fn)
+    check_micro_batches(micro_batches, y)
+
+
 class DefaultsHelp(argparse.ArgumentDefaultsHelpFormatter):
     """``--help`` shows each option's default, unless its help text already says it."""
 
@@ -217,4 +235,37 @@ def count_arg(text: str) -> int:
         value = -1
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return value
+
+
+def check_port(port: Any, name: str = "port") -> Any:
+    """``port`` if it is ``None`` or a TCP port number, 0 to 65535 (0: the OS picks one)."""
+    if port is None:
+        return port
+    hint = "give a TCP port from 1 to 65535, or None (or 0) to let the OS pick a free one"
+    check_int(port, name, 0, hint)
+    if port > 65535:
+        raise ValueError(f"{name} must be at most 65535, got {port}: {hint}")
+    return port
+
+
+def check_data(data: Any, name: str = "data") -> Any:
+    """``data`` if it is a :class:`companion.core.Data` (name, train and test sets, classes)."""
+    from .data import Data
+
+    if not isinstance(data, Data):
+        raise TypeError(
+            f"{name} must be a companion.core.Data (a name, a train and a test set, the "
+            f"classes), got {type(data).__name__}: use load_data(profile), or "
+            f"Data(name, ImageSet(images, labels), ImageSet(...), classes)"
+        )
+    return data
+
+
+def check_sequence(value: Any, name: str, what: str, minimum: int = 0) -> Any:
+    """``value`` if it is a list or tuple of at least ``minimum`` items (``what`` they are)."""
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name} must be a list or tuple of {what}, got {type(value).__name__}")
+    if len(value) < minimum:
+        raise ValueError(f"{name} must hold at least {minimum} item(s), {what}; got {value!r}")
     return value

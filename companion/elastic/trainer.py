@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..core.checks import check_int
+from ..core.checks import check_data, check_int
 from ..core.data import Data
 from ..core.devices import hardware_label
 from ..core.lines import say
@@ -146,6 +146,7 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
     ``cfg.max_steps`` stops the run after that many global steps as a crash
     would, with no snapshot at that step (a resume starts from the last one).
     """
+    check_data(data)
     join_elastic()
     rank, world = dist.get_rank(), dist.get_world_size()
     opts = opts.check()

@@ -23,7 +23,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
-from ..core.checks import check_choice, check_micro_batches, check_not_empty
+from ..core.checks import check_choice, check_data, check_not_empty, check_step
 from ..core.data import Data
 from ..core.devices import hardware_label
 from ..core.models import get_model
@@ -96,7 +96,7 @@ def accumulation_step(
     and loss under autocast and, for fp16, scales the loss: the buckets then
     average scaled gradients, which the scaler unscales in its step.
     """
-    check_micro_batches(micro_batches, y)
+    check_step(net, X, y, loss_fn, micro_batches)
     optimizer.zero_grad(set_to_none=True)
     pieces = list(zip(X.tensor_split(micro_batches), y.tensor_split(micro_batches)))
     total = torch.zeros((), device=X.device)
@@ -145,6 +145,7 @@ def train_internals(
     evaluation and records as ``train_ddp``; each step is
     :func:`accumulation_step`.
     """
+    check_data(data)
     check_choice(variant, "variant", VARIANTS)
     check_not_empty(data.train, "data.train", "give training samples")
     rank, world_size = dist.get_rank(), dist.get_world_size()

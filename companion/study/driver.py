@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from ..core.checks import check_choice, check_distinct, check_int
+from ..core.checks import check_choice, check_data, check_distinct, check_int
 from ..core.data import Data, ImageSet
 from ..core.devices import hardware_label
 from ..core.files import atomic_write
@@ -74,7 +74,7 @@ def plan(
 
     ``warmup_epochs`` is the length of the warm-up of ``lr_rule="warmup"``.
     """
-    _check_plan(methods, device_counts, seeds, scaling, lr_rule)
+    _check_plan(methods, device_counts, seeds, scaling, lr_rule, data)
     runs = []
     for name in methods:
         for k in device_counts:
@@ -98,7 +98,8 @@ def plan(
     return runs
 
 
-def _check_plan(methods, device_counts, seeds, scaling: str, lr_rule: str) -> None:
+def _check_plan(methods, device_counts, seeds, scaling: str, lr_rule: str, data: Data) -> None:
+    check_data(data)
     check_choice(scaling, "scaling", SCALING)
     check_choice(lr_rule, "lr_rule", LR_RULES)
     if scaling == "strong" and lr_rule != "none":
@@ -212,6 +213,7 @@ def _typed(kind: str, value):
 
 def subset(data: Data, n_train: int, n_test: int, seed: int = 0) -> Data:
     """``n_train`` training and ``n_test`` test samples of ``data``, drawn at random."""
+    check_data(data)
     check_int(n_train, "n_train")
     check_int(n_test, "n_test")
     g = torch.Generator().manual_seed(seed)
