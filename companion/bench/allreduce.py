@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from ..collectives.allreduce import allreduce_ring_pipelined
 from ..collectives.costmodel import Measurement, measure_allreduce
-from ..core.checks import positive_arg
+from ..core.checks import RawDefaultsHelp, positive_arg
 from ..core.devices import hardware_label, synchronize
 from ..runtime.group import backend_for, rank_device
 from ..runtime.launcher import launch
@@ -88,18 +88,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m companion.bench allreduce",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDefaultsHelp,
     )
     parser.add_argument(
-        "--world-size", type=positive_arg(int), default=2, help="processes (2)"
+        "--world-size", type=positive_arg(int), default=2, help="processes"
     )
     parser.add_argument(
         "--mb", type=positive_arg(float), nargs="+", default=[16, 64], help="sizes"
     )
     parser.add_argument(
-        "--repeats", type=positive_arg(int), default=9, help="timed rounds (9)"
+        "--repeats", type=positive_arg(int), default=9, help="timed rounds"
     )
     args = parser.parse_args(argv)
+    if min(args.mb) * 2**20 < 4:  # one float32
+        parser.error(f"--mb {min(args.mb)} is less than one float32 (4 bytes): give at least 4e-06")
     results = measure(args.world_size, args.mb, args.repeats)
     backend = backend_for(args.world_size)
     print(f"all-reduce benchmark: {args.world_size} processes ({backend}), float32")

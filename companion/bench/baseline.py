@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ..core.checks import positive_arg
+from ..core.checks import PROFILE_HELP, RawDefaultsHelp, count_arg, positive_arg, profile_arg
 from ..core.data import ImageSet, load_data
 from ..core.devices import hardware_label, try_devices
 from ..core.loaders import DeviceLoader
@@ -131,15 +131,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m companion.bench baseline",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDefaultsHelp,
     )
-    parser.add_argument("--profile", help="ci, cpu or gpu (default: $BOOK_PROFILE)")
+    parser.add_argument("--profile", type=profile_arg, help=PROFILE_HELP)
     parser.add_argument("--model", help="lenet or resnet18 (default: the profile's)")
-    parser.add_argument("--rounds", type=positive_arg(int), default=3)
+    parser.add_argument("--rounds", type=positive_arg(int), default=3, help="timed rounds")
     parser.add_argument(
         "--limit", type=positive_arg(int), help="use the first N images"
     )
-    parser.add_argument("--workers", type=int, default=4, help="DataLoader workers (4)")
+    parser.add_argument("--workers", type=count_arg, default=4, help="DataLoader workers")
     args = parser.parse_args(argv)
     seen = measure(
         args.profile,

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..core.checks import positive_arg
+from ..core.checks import PROFILE_HELP, RawDefaultsHelp, positive_arg, profile_arg
 from ..core.data import load_data
 from ..core.devices import (
     describe_devices,
@@ -135,13 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m companion.bench dataparallel",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDefaultsHelp,
     )
     parser.add_argument(
-        "--profile", default=None, help="ci, cpu or gpu (default: from the environment)"
+        "--profile", type=profile_arg, help=PROFILE_HELP
     )
     parser.add_argument(
-        "--batch-sizes", type=positive_arg(int), nargs="+", default=list(BATCH_SIZES)
+        "--batch-sizes", type=positive_arg(int), nargs="+", default=list(BATCH_SIZES),
+        help="global batch sizes",
     )
     parser.add_argument(
         "--steps", type=positive_arg(int), default=6, help="minibatches per round"

@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..collectives.partition import average_gradients
 from ..core.batches import rank_batch_size
-from ..core.checks import positive_arg
+from ..core.checks import PROFILE_HELP, RawDefaultsHelp, positive_arg, profile_arg
 from ..core.devices import hardware_label, synchronize
 from ..core.models import get_model
 from ..core.profiles import get_profile
@@ -149,21 +149,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m companion.bench ddp",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDefaultsHelp,
     )
     parser.add_argument(
-        "--world-size", type=positive_arg(int), default=2, help="processes (2)"
+        "--world-size", type=positive_arg(int), default=2, help="processes"
     )
-    parser.add_argument("--profile", help="ci, cpu or gpu (default: $BOOK_PROFILE)")
+    parser.add_argument("--profile", type=profile_arg, help=PROFILE_HELP)
     parser.add_argument("--model", help="lenet, resnet18 or convnet (profile's)")
     parser.add_argument(
         "--global-batch", type=positive_arg(int), help="(the profile's batch)"
     )
     parser.add_argument(
-        "--rounds", type=positive_arg(int), default=5, help="timed rounds (5)"
+        "--rounds", type=positive_arg(int), default=5, help="timed rounds"
     )
     parser.add_argument(
-        "--steps", type=positive_arg(int), default=10, help="steps per round (10)"
+        "--steps", type=positive_arg(int), default=10, help="steps per round"
     )
     args = parser.parse_args(argv)
     seen = measure(

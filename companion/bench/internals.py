@@ -22,7 +22,7 @@ from torch.nn import functional as F
 
 from ..collectives.costmodel import fit_link, time_allreduce
 from ..core.batches import rank_batch_size
-from ..core.checks import positive_arg
+from ..core.checks import PROFILE_HELP, RawDefaultsHelp, positive_arg, profile_arg
 from ..core.devices import hardware_label, synchronize
 from ..core.profiles import get_profile
 from ..core.training import set_seed
@@ -218,14 +218,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m companion.bench internals",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDefaultsHelp,
     )
-    parser.add_argument("--world-size", type=positive_arg(int), default=2, help="processes (2)")
-    parser.add_argument("--profile", help="ci, cpu or gpu (default: $BOOK_PROFILE)")
+    parser.add_argument("--world-size", type=positive_arg(int), default=2, help="processes")
+    parser.add_argument("--profile", type=profile_arg, help=PROFILE_HELP)
     parser.add_argument("--model", help="model of the variants' comparison (profile's)")
     parser.add_argument("--global-batch", type=positive_arg(int), help="(the profile's batch)")
-    parser.add_argument("--rounds", type=positive_arg(int), default=5, help="timed rounds (5)")
-    parser.add_argument("--steps", type=positive_arg(int), default=5, help="steps per round (5)")
+    parser.add_argument("--rounds", type=positive_arg(int), default=5, help="timed rounds")
+    parser.add_argument("--steps", type=positive_arg(int), default=5, help="steps per round")
     parser.add_argument("--sweep-model", default="mlp", help="model of the bucket sweep (mlp)")
     parser.add_argument(
         "--caps",

@@ -15,7 +15,7 @@ import statistics
 import time
 
 from ..collectives.tour import whoami
-from ..core.checks import positive_arg
+from ..core.checks import RawDefaultsHelp, positive_arg
 from ..core.devices import hardware_label
 from ..runtime.launcher import launch
 
@@ -41,13 +41,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m companion.bench launch",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDefaultsHelp,
     )
     parser.add_argument(
-        "--world-size", type=positive_arg(int), default=2, help="workers (2)"
+        "--world-size", type=positive_arg(int), default=2, help="workers"
     )
     parser.add_argument(
-        "--repeats", type=positive_arg(int), default=3, help="launches per method (3)"
+        "--repeats", type=positive_arg(int), default=3, help="launches per method"
     )
     args = parser.parse_args(argv)
     first = _timed(args.world_size, "forkserver")  # a fresh process: starts the server

@@ -16,7 +16,7 @@ import time
 import torch
 from torch import nn
 
-from ..core.checks import positive_arg
+from ..core.checks import PROFILE_HELP, RawDefaultsHelp, positive_arg, profile_arg
 from ..core.data import load_data
 from ..core.devices import hardware_label, synchronize, try_devices
 from ..core.loaders import DeviceLoader, data_loader
@@ -73,12 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m companion.bench loop",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDefaultsHelp,
     )
     parser.add_argument(
-        "--profile",
-        default=None,
-        help="ci, cpu or gpu (default: $BOOK_PROFILE or the hardware)",
+        "--profile", type=profile_arg, help=PROFILE_HELP,
     )
     parser.add_argument(
         "--rounds",

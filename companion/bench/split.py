@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..core.checks import positive_arg
+from ..core.checks import PROFILE_HELP, RawDefaultsHelp, positive_arg, profile_arg
 from ..core.data import load_data
 from ..core.devices import (
     describe_devices,
@@ -188,10 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m companion.bench split",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=RawDefaultsHelp,
     )
     parser.add_argument(
-        "--profile", default=None, help="ci, cpu or gpu (default: from the environment)"
+        "--profile", type=profile_arg, help=PROFILE_HELP
     )
     parser.add_argument(
         "--rounds", type=positive_arg(int), default=5, help="passes over the steps"

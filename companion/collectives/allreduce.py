@@ -28,7 +28,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from ..core.checks import check_int
+from ..core.checks import check_int, check_tensor
 from .trace import note
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
 
 def _flat(tensor: torch.Tensor) -> torch.Tensor:
     """A 1-D view of ``tensor`` sharing its memory, so results land in place."""
+    check_tensor(tensor, "tensor", "all-reduce sums a tensor in place")
     if not tensor.is_contiguous():
         raise ValueError(
             "all-reduce works in place on a contiguous tensor; pass "
@@ -180,6 +181,7 @@ def allreduce_ring_pipelined(
     runs at 64 MB on two processes of a 2-core CPU (``2**18`` in the fourth);
     chapter 3 prints the sweep (``companion.bench.allreduce.segment_sweep``).
     """
+    check_int(segment, "segment", 1, "give a segment length in elements, e.g. 2**20")
     flat, rank, world = _flat(tensor), dist.get_rank(), dist.get_world_size()
     if world == 1:
         return tensor
@@ -283,6 +285,12 @@ def allreduce_mean(
     tensor: torch.Tensor, allreduce: Callable = allreduce_ring
 ) -> torch.Tensor:
     """Average across ranks in place: the sum by ``allreduce`` over the world size."""
+    _check_callable(allreduce)
     allreduce(tensor)
     tensor /= dist.get_world_size()
     return tensor
+
+
+def _check_callable(allreduce) -> None:
+    if not callable(allreduce):
+        raise TypeError(f"allreduce must be a function such as allreduce_ring, got {allreduce!r}")

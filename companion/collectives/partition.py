@@ -24,7 +24,7 @@ from torch import nn
 from torch.utils.data import Dataset, Subset
 
 from ..core.batches import check_batch_size, rank_batch_size
-from ..core.checks import check_choice, check_int, check_not_empty
+from ..core.checks import check_choice, check_data, check_int, check_not_empty
 from ..core.data import Data, ImageSet
 from ..core.devices import hardware_label
 from ..core.loaders import DeviceLoader
@@ -174,6 +174,7 @@ def train_worker(
     set, seconds of training, training loss averaged over all ranks.
     ``max_steps`` stops early.
     """
+    check_data(data)
     _check_worker(model, global_batch, epochs, lr, allreduce, max_steps)
     profile = get_profile(profile)
     model = model or profile.model
@@ -262,6 +263,7 @@ def train_reference(
     :func:`train_worker`) into one batch of ``global_batch`` and takes one
     ordinary step on its mean loss. Returns the flattened parameters.
     """
+    check_data(data)
     shards = DataPartitioner.even(data.train, world_size, seed)
     batch = rank_batch_size(global_batch, world_size)
     loaders = [

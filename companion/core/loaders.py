@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from .batches import check_batch_size
-from .checks import check_not_empty
+from .checks import check_data, check_not_empty
 from .data import Data, ImageSet
 
 __all__ = ["data_loader", "DeviceLoader", "load_iters"]
@@ -93,6 +93,7 @@ def load_iters(
 
     The training iterator is shuffled with ``seed``; the test iterator is not.
     """
+    check_data(data)
     if resident:
         return (
             DeviceLoader(data.train, batch_size, device, seed=seed),

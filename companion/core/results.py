@@ -44,7 +44,7 @@ class Record:
 
 def save_records(records: Iterable[Record], path: str | Path) -> Path:
     """Write records as JSON, atomically (see :func:`~companion.core.files.atomic_write`)."""
-    rows = [asdict(r) for r in records]
+    rows = [asdict(_check_record(r)) for r in records]
     return atomic_write(path, lambda f: json.dump(rows, f, indent=1), binary=False)
 
 
@@ -83,6 +83,8 @@ def final_accuracy(runs: Sequence[Record]) -> tuple[float, float, float, int]:
     set moves by points from one epoch to the next; the mean of the last
     epochs, with its range, does not turn that noise into a trend.
     """
+    if not runs:
+        raise ValueError("final_accuracy needs at least one record: give a run's records")
     last = sorted(runs, key=lambda r: r.epoch)[-max(1, -(-len(runs) // 2)) :]
     accs = [r.test_acc for r in last]
     return mean(accs), min(accs), max(accs), len(accs)
@@ -192,3 +194,12 @@ def plot_scaling(
     fig.suptitle(title or "; ".join(labels), fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def _check_record(r):
+    if not isinstance(r, Record):
+        raise TypeError(
+            f"records must hold companion.core.Record objects, got {type(r).__name__}: "
+            f"save what train() or the chapters' trainers return"
+        )
+    return r

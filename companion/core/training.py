@@ -14,8 +14,8 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from .checks import check_int, check_positive
-from .devices import hardware_label, model_device, synchronize
+from .checks import check_batch, check_int, check_positive
+from .devices import as_devices, hardware_label, model_device, synchronize
 from .precision import MathMode, amp_train_step
 from .profiles import Profile, get_profile
 from .results import Record
@@ -39,7 +39,7 @@ __all__ = [
 
 def set_seed(seed: int) -> None:
     """Seed Python's and torch's generators (CPU and every GPU)."""
-    check_int(seed, "seed", 0)
+    check_int(seed, "seed", 0, "torch takes seeds below 2**64", 2**64 - 1)
     random.seed(seed)
     torch.manual_seed(seed)
 
@@ -57,7 +57,7 @@ class Timer:
     """
 
     def __init__(self, device: torch.device | str | None = None):
-        self.device = device
+        self.device = device if device is None else as_devices([device])[0]
         self.seconds = 0.0
 
     def __enter__(self) -> "Timer":
@@ -111,6 +111,7 @@ def train_step(
     ``X`` goes to the model's device; the labels go where the output is
     (the model's device, or the output device of ``nn.DataParallel``).
     """
+    check_batch(net, X, y, loss_fn)
     optimizer.zero_grad(set_to_none=True)
     y_hat = net(X.to(model_device(net), non_blocking=True))
     loss = loss_fn(y_hat, y.to(y_hat.device, non_blocking=True))

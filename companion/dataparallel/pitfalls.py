@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
-from ..core.checks import check_positive
+from ..core.checks import check_int, check_module, check_positive
 from ..core.devices import as_devices
 from ..runtime.checkpoint import unwrap
 
@@ -51,6 +51,7 @@ def physical_gpu_ids(
     invalid entry: ``"0,2,-1,1"`` makes GPUs 0 and 2 visible, as devices 0 and 1.
     With ``n_physical``, indices from ``n_physical`` on are invalid too.
     """
+    _check_visible(value, n_physical)
     if value is None:
         value = os.environ.get("CUDA_VISIBLE_DEVICES")
         if value is None:
@@ -59,7 +60,7 @@ def physical_gpu_ids(
     for entry in (e.strip() for e in value.split(",")):
         if entry.startswith(("GPU-", "MIG-")):
             pass
-        elif not entry.isdigit() or (
+        elif not (entry.isascii() and entry.isdigit()) or (
             n_physical is not None and int(entry) >= n_physical
         ):
             break
@@ -92,6 +93,7 @@ def visible_devices_in_subprocess(value: str, timeout: float = 120) -> dict:
     its indices (:func:`physical_gpu_ids`). The child is killed after ``timeout`` s.
     """
     check_positive(timeout, "timeout", "give the seconds the child may take")
+    _check_visible(value, None, required=True)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": value}
     try:
         done = subprocess.run(
@@ -126,6 +128,7 @@ def output_device_bytes(
     gradient in backward, and the summed parameter gradients (``net``'s ``.grad``,
     which outlive the step; other devices' gradients are freed after the sum).
     """
+    check_module(net, "net")
     out = sum(_nbytes(o) for o in outputs)
     grads = sum(_nbytes(p) for p in unwrap(net).parameters() if p.requires_grad)
     return {
@@ -183,6 +186,7 @@ class NetWithLoss(nn.Module):
 
     def __init__(self, net: nn.Module, loss: Callable[..., torch.Tensor] | None = None):
         super().__init__()
+        _check_net_with_loss(net, loss)
         self.net = net
         self.loss = loss or nn.CrossEntropyLoss()
 
@@ -201,6 +205,8 @@ def global_mean(means: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
             f"need one mean per replica: {tuple(means.shape)} means "
             f"for {len(sizes)} sizes"
         )
+    for i, n in enumerate(sizes):
+        check_int(n, f"sizes[{i}]", 0, "give the number of samples behind each mean")
     if sum(sizes) < 1:
         raise ValueError(
             f"sizes must add up to at least one sample, got {list(sizes)}: give "
@@ -208,3 +214,21 @@ def global_mean(means: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
         )
     weights = torch.as_tensor(sizes, dtype=means.dtype, device=means.device)
     return (means * weights).sum() / weights.sum()
+
+
+def _check_visible(value, n_physical, required: bool = False) -> None:
+    if not isinstance(value, str) and (required or value is not None):
+        raise TypeError(
+            f"value must be a CUDA_VISIBLE_DEVICES string such as '0,1' or 'GPU-...', got "
+            f"{value!r}" + ("" if required else ", or None to read this process's variable")
+        )
+    if n_physical is not None:
+        check_int(n_physical, "n_physical", 0, "the number of GPUs in the machine")
+
+
+def _check_net_with_loss(net, loss) -> None:
+    check_module(net, "net")
+    if loss is not None and not callable(loss):
+        raise TypeError(
+            f"loss must be a function of (output, y), e.g. nn.CrossEntropyLoss(), got {loss!r}"
+        )

@@ -36,6 +36,7 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
+from ..core.checks import check_int, check_module, check_sequence
 from ..core.devices import Device, as_devices
 from ..runtime.checkpoint import register_wrapper
 
@@ -58,12 +59,14 @@ GATHER_SCALAR_WARNING = (
 )
 
 
-def check_on_first_device(net: nn.Module, devices: Sequence[Device]) -> None:
+def check_on_first_device(net: nn.Module, devices: Sequence[Device], name: str = "net") -> None:
     """Raise ValueError unless ``net``'s parameters and buffers are on ``devices[0]``.
 
     ``nn.DataParallel`` needs the module on ``device_ids[0]`` but only finds out
     at the first forward call (a ``RuntimeError``); this check runs before wrapping.
+    ``TypeError`` naming the argument ``name`` if ``net`` is not a module.
     """
+    check_module(net, name)
     first = as_devices(devices)[0]
     for name, t in chain(net.named_parameters(), net.named_buffers()):
         if t.device != first:
@@ -82,12 +85,8 @@ def chunk_sizes(batch_size: int, n_devices: int) -> list[int]:
     [2, 2, 2]``, and ``nn.DataParallel`` then uses only the first three devices.
     Chapter 2's ``shard_sizes`` cuts ``[4, 3, 3]`` and ``[2, 2, 1, 1]``.
     """
-    if n_devices < 1:
-        raise ValueError(f"need at least one device, got {n_devices}")
-    if batch_size < 1:
-        raise ValueError(
-            f"cannot scatter a batch of {batch_size} samples: pass a non-empty batch"
-        )
+    check_int(n_devices, "n_devices", 1, "need at least one device")
+    check_int(batch_size, "batch_size", 1, "the number of samples to scatter")
     size = -(-batch_size // n_devices)
     return [min(size, batch_size - start) for start in range(0, batch_size, size)]
 
@@ -99,6 +98,7 @@ def scatter(inputs: tuple, devices: Sequence[Device]) -> list[tuple]:
     than devices). Other inputs are handed to every replica as they are. The
     cut and the copies are differentiable: gradients flow back to the inputs.
     """
+    check_sequence(inputs, "inputs", "the forward call's arguments, e.g. (X,)")
     devices = as_devices(devices)
     tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
     if not tensors or any(t.dim() == 0 for t in tensors):
@@ -239,6 +239,7 @@ def gather(outputs: Sequence[Any], output_device: Device) -> Any:
     computed inside the module) cannot be concatenated: like torch, ``gather``
     then warns and returns a vector with one value per replica.
     """
+    check_sequence(outputs, "outputs", "one output per replica, from parallel_apply", 1)
     out, device = outputs[0], as_devices([output_device])[0]
     if isinstance(out, torch.Tensor):
         if all(o.dim() == 0 for o in outputs):
@@ -278,7 +279,7 @@ class DataParallelByHand(nn.Module):
     ):
         super().__init__()
         self.devices = as_devices(devices)
-        check_on_first_device(module, self.devices)
+        check_on_first_device(module, self.devices, "module")
         self.module = module
         out = self.devices[0] if output_device is None else output_device
         self.output_device = as_devices([out])[0]
@@ -291,3 +292,4 @@ class DataParallelByHand(nn.Module):
         used = self.devices[: len(chunks)]
         replicas = replicate(self.module, used, detach=not torch.is_grad_enabled())
         return gather(parallel_apply(replicas, chunks, used), self.output_device)
+

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from ..core.batches import rank_batch_size
-from ..core.checks import positive_arg
+from ..core.checks import PROFILE_HELP, DefaultsHelp, positive_arg, profile_arg
 from ..core.data import load_data
 from ..core.lines import say
 from ..core.models import get_model
@@ -51,23 +51,24 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train with DistributedDataParallel, one process per device "
         "(gloo on CPUs, nccl with one GPU per process). Unset sizes come from "
         "the profile.",
+        formatter_class=DefaultsHelp,
     )
     add = parser.add_argument
-    add("--profile", help="ci, cpu or gpu (default: $BOOK_PROFILE or the hardware)")
+    add("--profile", type=profile_arg, help=PROFILE_HELP)
     add("--model", help="lenet, resnet18 or convnet (default: the profile's)")
-    add("--epochs", type=positive_arg(int), help="epochs to train")
+    add("--epochs", type=positive_arg(int), help="epochs to train (default: the profile's)")
     batch = parser.add_mutually_exclusive_group()
     batch.add_argument(
         "--global-batch",
         type=positive_arg(int),
-        help="samples per step over all processes (a multiple of N)",
+        help="samples per step over all processes, a multiple of N (default: the profile's)",
     )
     batch.add_argument(
         "--per-rank-batch",
         type=positive_arg(int),
         help="samples per step in each process (the global batch is N times this)",
     )
-    add("--lr", type=positive_arg(float), help="learning rate")
+    add("--lr", type=positive_arg(float), help="learning rate (default: the profile's)")
     add(
         "--scale-lr",
         action="store_true",
@@ -93,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--log-dir", help="TensorBoard log directory (rank 0 writes it)")
     add("--checkpoint", help="checkpoint file (rank 0 writes it atomically)")
-    add("--seed", type=_count, default=0, help="seed of the model and shuffles (0)")
+    add("--seed", type=_count, default=0, help="seed of the model and shuffles")
     add(
         "--backend",
         choices=["auto", "gloo", "nccl"],
@@ -104,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout",
         type=positive_arg(float),
         default=300.0,
-        help="seconds before a collective gives up (300)",
+        help="seconds before a collective gives up",
     )
     return parser
 

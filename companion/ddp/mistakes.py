@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import RandomSampler
 from torch.utils.data.distributed import DistributedSampler
 
+from ..core.checks import check_data
 from ..core.data import Data, ImageSet
 from ..core.models import get_model
 from ..core.training import evaluate_accuracy, set_seed, train_step
@@ -66,6 +67,7 @@ def train_with_mistake(
     seed: int = 0,
 ) -> MistakeRun:
     """Worker: LeNet trained for ``epochs`` with ``mistake`` (a key of MISTAKES)."""
+    check_data(data)
     if mistake not in MISTAKES:
         raise ValueError(f"unknown mistake {mistake!r}; choose from {list(MISTAKES)}")
     device = rank_device()

@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch.utils.data.distributed import DistributedSampler
 
 from ..core.batches import rank_batch_size
-from ..core.checks import check_not_empty
+from ..core.checks import check_data, check_not_empty
 from ..core.data import Data
 from ..core.lines import say
 from ..core.models import get_model
@@ -79,6 +79,7 @@ def train_ddp(data: Data, profile: Profile | str | None = None, **options) -> DD
     With ``checks``, the detectors of :mod:`companion.ddp.detectors` run at
     the end and any mistake raises.
     """
+    check_data(data)
     check_not_empty(data.train, "data.train", "give training samples")
     init_from_env()  # under torchrun; a no-op when the group exists (launch)
     world_size = dist.get_world_size()
@@ -177,6 +178,7 @@ def train_reference_ddp(
     ``DistributedSampler`` share (same seed and epochs as :func:`train_ddp`)
     and takes one ordinary step on its mean loss. Returns the flat parameters.
     """
+    check_data(data)
     batch = rank_batch_size(global_batch, world_size)
     X_all, y_all = data.train.tensors()
 

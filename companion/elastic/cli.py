@@ -12,6 +12,10 @@ On several machines, the same command after a rendezvous on one of them
 which is what ``launch/slurm/train.sbatch`` and the Kubernetes manifests in
 ``launch/kubernetes/`` run. Run ``python -m companion.elastic --help`` for the
 options.
+
+Resuming a snapshot that has already trained ``--epochs`` epochs trains
+nothing: rank 0 says so and every process exits 0 (a non-zero exit would make
+torchrun restart the workers, to the same end). Raise ``--epochs`` to train on.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import os
 
 import torch.distributed as dist
 
-from ..core.checks import positive_arg
+from ..core.checks import DefaultsHelp, positive_arg
 from ..core.data import load_data
 from ..core.lines import say
 from ..core.profiles import get_profile
@@ -30,6 +34,7 @@ from ..ddp.cli import build_parser as ddp_parser
 from ..ddp.cli import check_options
 from ..ddp.config import DDPConfig
 from .rendezvous import join_elastic
+from .snapshot import load_snapshot
 from .trainer import ElasticOptions, train_elastic
 
 __all__ = ["build_parser", "main"]
@@ -56,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         "workers when one fails. SGD with momentum; the default lr is the "
         "profile's times (1 - momentum). The global batch and lr do not depend on the "
         "number of processes, so a restart may change it.",
+        formatter_class=DefaultsHelp,
     )
     for action in ddp_parser()._actions:
         if set(action.option_strings) & set(KEPT):
@@ -66,10 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--snapshot-every",
         type=positive_arg(int),
         default=20,
-        help="steps between snapshots (20); one is also written after every epoch",
+        help="steps between snapshots; one is also written after every epoch",
     )
-    add("--warmup-steps", type=int, default=10, help="linear lr warm-up steps (10)")
-    add("--momentum", type=float, default=0.9, help="SGD momentum (0.9)")
+    add("--warmup-steps", type=int, default=10, help="linear lr warm-up steps (0: none)")
+    add("--momentum", type=float, default=0.9, help="SGD momentum, in [0, 1)")
     add("--log-dir", help="TensorBoard directory (rank 0 writes; never deleted)")
     add("--records", help="JSON file for the per-epoch records (rank 0, atomically)")
     return parser
@@ -83,8 +89,10 @@ def _check(args: argparse.Namespace) -> None:
             f"--snapshot {args.snapshot} is a directory; give a file name, "
             f"e.g. {os.path.join(args.snapshot, 'snapshot.pt')}"
         )
-    if args.warmup_steps < 0 or not 0 <= args.momentum < 1:
-        raise ValueError("--warmup-steps must be >= 0 and --momentum in [0, 1)")
+    if args.warmup_steps < 0:
+        raise ValueError(f"--warmup-steps must be >= 0, got {args.warmup_steps}: 0 for none")
+    if not 0 <= args.momentum < 1:
+        raise ValueError(f"--momentum must be in [0, 1), got {args.momentum}: e.g. 0.9, or 0")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             verbose=rank == 0,
         )
+        if done := nothing_left(args.snapshot, cfg.resolve(dist.get_world_size()).epochs):
+            if rank == 0:
+                say(done)
+            return 0
         opts = ElasticOptions(
             args.snapshot, args.snapshot_every, args.momentum, args.warmup_steps, args.log_dir
         )
@@ -125,3 +137,15 @@ def main(argv: list[str] | None = None) -> int:
         if started:
             dist.destroy_process_group()
     return 0
+
+
+def nothing_left(path: str, epochs: int) -> str:
+    """Why resuming ``path`` for ``epochs`` epochs would train nothing, or ``""``."""
+    snapshot = load_snapshot(path)
+    if snapshot is None or snapshot["epoch"] < epochs:
+        return ""
+    return (
+        f"nothing left to do: the snapshot {path} has trained {snapshot['epoch']} epoch(s) "
+        f"(step {snapshot['step']}) and --epochs is {epochs}; give --epochs above "
+        f"{snapshot['epoch']} to train on, or another --snapshot to start afresh"
+    )

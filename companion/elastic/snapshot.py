@@ -173,6 +173,7 @@ def check_resumable(snapshot: dict[str, Any], config: dict[str, Any]) -> None:
 
 def describe_snapshot(snapshot: dict[str, Any]) -> str:
     """A few lines on what a snapshot holds."""
+    check_snapshot(snapshot)
     state = snapshot["optimizer"]["state"]
     momentum = sum(1 for s in state.values() if s.get("momentum_buffer") is not None)
     config = snapshot["config"]
@@ -190,3 +191,14 @@ def describe_snapshot(snapshot: dict[str, Any]) -> str:
             "config:    " + ", ".join(f"{k}={v}" for k, v in sorted(config.items())),
         ]
     )
+
+
+def check_snapshot(snapshot: Any, name: str = "snapshot") -> dict[str, Any]:
+    """``snapshot`` if it is a snapshot of this format; ``SnapshotError`` saying what to pass else."""
+    if not isinstance(snapshot, dict) or snapshot.get("format") != FORMAT:
+        what = f"a dict whose 'format' is not {FORMAT}" if isinstance(snapshot, dict) else type(snapshot).__name__
+        raise SnapshotError(
+            f"{name} is not a snapshot ({what}): pass what make_snapshot returns or "
+            f"load_snapshot reads"
+        )
+    return snapshot

@@ -30,7 +30,7 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
-from ..core.checks import check_int
+from ..core.checks import check_data, check_int
 from ..core.data import Data
 from ..core.lines import say
 from ..core.profiles import get_profile
@@ -153,6 +153,7 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
     global steps as a crash would, with no snapshot at that step (a resume
     starts from the last one).
     """
+    check_data(data)
     join_elastic()
     world, opts = dist.get_world_size(), opts.check()
     cfg = _resolve(cfg, opts, world)

@@ -41,6 +41,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..core.checks import check_positive
+from ..runtime.agree import check_ranks_agree
 from .hooks import unused_error
 from .naive import NaiveDDP, trainable_parameters
 
@@ -109,6 +110,7 @@ class BucketedDDP(NaiveDDP):
         groups = assign_buckets([p for _, p in named], bucket_cap_mb)
         self.buckets = [Bucket([named[i] for i in group]) for group in groups]
         self.find_unused_parameters = bool(find_unused_parameters)
+        check_ranks_agree(module, dict(bucket_cap_mb=bucket_cap_mb, find_unused_parameters=find_unused_parameters), "BucketedDDP")
         self._scale, self._next = 1.0, 0
         for b in self.buckets:
             for name, p, slot in zip(b.names, b.params, b.slots):

@@ -47,6 +47,7 @@ from torch.autograd import Variable
 
 from ..collectives.partition import average_gradients
 from ..core.checks import check_module
+from ..runtime.agree import check_ranks_agree
 
 __all__ = ["broadcast_state", "trainable_parameters", "NaiveDDP", "can_finish_in_backward"]
 
@@ -90,8 +91,9 @@ class NaiveDDP(nn.Module):
         self.module = module
         self.weigh_by_samples = bool(weigh_by_samples)
         self.allreduces = 0
+        check_ranks_agree(module, {"weigh_by_samples": weigh_by_samples}, type(self).__name__)
         self.timeline: list[tuple[str, float, float]] | None = None  # see .timeline
-        self._sync_enabled, self._sync, self._samples = True, True, 0
+        self._sync_enabled, self._sync, self._samples, self._begun = True, True, 0, False
         self._pending = self._queued = False
         broadcast_state(module)
         if finish_in_backward and can_finish_in_backward():
@@ -99,7 +101,7 @@ class NaiveDDP(nn.Module):
                 p.register_post_accumulate_grad_hook(self._queue_finish)
 
     def forward(self, X: torch.Tensor, *args, **kwargs):
-        self._samples += len(X)
+        self._samples += _check_step(self, X)
         self._sync = self._sync_enabled  # decided now, as torch's DDP does
         if self._sync:
             self._prepare()
@@ -162,3 +164,30 @@ def _check_group(name: str) -> None:
             f"{name} needs a process group: create it inside a worker started by "
             f"companion.runtime.launch (or torchrun), then wrap the model"
         )
+
+
+def _check_step(ddp: NaiveDDP, X) -> int:
+    """The samples ``X`` adds to this step's count; refuses a step begun before ``finish()``.
+
+    A synchronised forward pass with autograd on begins a step; ``finish()``
+    (every variant's) ends it by setting the count back to 0. Without it the
+    gradients stay local and the replicas drift apart in silence.
+    """
+    if not torch.is_grad_enabled():
+        return 0  # evaluation: no step begins, no samples to weigh
+    if ddp._begun and ddp._samples:
+        raise RuntimeError(
+            f"{type(ddp).__name__}: a forward pass began a new step before finish() ended "
+            f"the last one: call net.finish() after loss.backward() and before "
+            f"optimizer.step(), or the replicas drift apart"
+        )
+    ddp._begun = ddp._sync_enabled
+    if isinstance(X, torch.Tensor) and X.dim() > 0:
+        return len(X)
+    if ddp.weigh_by_samples:
+        raise TypeError(
+            f"weigh_by_samples counts the samples of forward's first argument, a tensor "
+            f"with one row per sample; got {type(X).__name__}: pass the input tensor "
+            f"first, or weigh_by_samples=False"
+        )
+    return 1  # unweighed: only marks that a step began

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..core.checks import check_choice, check_int, check_not_empty
+from ..core.checks import check_choice, check_data, check_not_empty, check_step
 from ..core.data import Data
 from ..core.precision import MathMode
 from ..core.profiles import Profile, get_profile
@@ -84,7 +84,7 @@ def accumulation_step(
     and loss under autocast and, for fp16, scales the loss: the buckets then
     average scaled gradients, which the scaler unscales in its step.
     """
-    check_int(micro_batches, "micro_batches")
+    check_step(net, X, y, loss_fn, micro_batches)
     optimizer.zero_grad(set_to_none=True)
     pieces = list(zip(X.tensor_split(micro_batches), y.tensor_split(micro_batches)))
     total = torch.zeros((), device=X.device)
@@ -127,6 +127,7 @@ def train_internals(
     (:mod:`companion.ddp.loop`), with the variant as its wrapper and
     :func:`accumulation_step` as its step.
     """
+    check_data(data)
     check_choice(variant, "variant", VARIANTS)
     check_not_empty(data.train, "data.train", "give training samples")
     cfg = DDPConfig(get_profile(profile).name, **options).resolve(dist.get_world_size())

@@ -5,7 +5,8 @@ Imports only :mod:`companion.core`.
 """
 
 # Every module's public names, re-exported: ``from companion.runtime import ...``.
-from . import checkpoint, group, launcher, supervise, tblog, torchrun
+from . import agree, checkpoint, group, launcher, supervise, tblog, torchrun
+from .agree import *  # noqa: F401,F403
 from .checkpoint import *  # noqa: F401,F403
 from .group import *  # noqa: F401,F403
 from .launcher import *  # noqa: F401,F403
@@ -22,6 +23,7 @@ __all__ = list(
             *torchrun.__all__,
             *checkpoint.__all__,
             *tblog.__all__,
+            *agree.__all__,
         ]
     )
 )

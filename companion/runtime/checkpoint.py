@@ -14,6 +14,7 @@ checkpoint whole.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -65,6 +66,7 @@ def strip_module_prefix(state: dict[str, torch.Tensor]) -> dict[str, torch.Tenso
     stripping itself is torch's
     ``torch.nn.modules.utils.consume_prefix_in_state_dict_if_present``.
     """
+    _check_state(state)
     state = OrderedDict(state)
     while state and all(k.startswith("module.") for k in state):
         consume_prefix_in_state_dict_if_present(state, "module.")
@@ -124,3 +126,11 @@ def load_checkpoint(net: nn.Module, path: str | Path) -> nn.Module:
             f"{str(err).splitlines()[0]} Build the same model that was saved."
         ) from err
     return net
+
+
+def _check_state(state) -> None:
+    if not isinstance(state, Mapping):
+        raise TypeError(
+            f"state must be a state dict (parameter names to tensors), got "
+            f"{type(state).__name__}: pass net.state_dict() or torch.load(path)"
+        )

@@ -128,6 +128,7 @@ def join_group(
     ``init_process_group`` (a ``store``, ``rank``, ``world_size``; none for
     torchrun's ``env://``).
     """
+    check_positive(timeout, "timeout", "give the seconds a collective may wait")
     threads = threads_per_worker(local_world_size)
     os.environ["OMP_NUM_THREADS"] = str(threads)
     torch.set_num_threads(threads)
@@ -170,7 +171,7 @@ def init_from_env(backend: str = "auto", timeout: float = 300.0) -> bool:
             f"--standalone --nproc-per-node=2 -m companion.ddp (torchrun sets them), "
             f"or from Python with launch(ddp_worker, 2, data)"
         )
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"]))
+    local_world = _env_int("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])
     if backend == "auto":
         backend = backend_for(local_world)
     if backend == "nccl" and gpu_count() < local_world:
@@ -178,5 +179,17 @@ def init_from_env(backend: str = "auto", timeout: float = 300.0) -> bool:
             f"backend nccl needs one GPU per process: {local_world} processes on this "
             f"machine, {gpu_count()} GPU(s); use --backend gloo or fewer processes"
         )
-    join_group(backend, int(os.environ["LOCAL_RANK"]), local_world, timeout)
+    join_group(backend, _env_int("LOCAL_RANK"), local_world, timeout)
     return True
+
+
+def _env_int(name: str, default: str | None = None) -> int:
+    """The integer in environment variable ``name``; ``ValueError`` naming it if it is not one."""
+    text = os.environ.get(name, default)
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"environment variable {name}={text!r} is not an integer: start this with "
+            f"torchrun, which sets it, or set it to a number"
+        ) from None

@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 import torch.distributed as dist
 
+from ..core.checks import check_port, check_positive
 from ..core.devices import gpu_count
 from .group import MASTER_ADDR, backend_for, join_group
 from .supervise import (
@@ -158,10 +159,7 @@ def _check_launch(world_size: int, timeout: float, backend: str | None) -> str:
     """The backend to use; ``ValueError`` for a bad world size, timeout or backend."""
     if type(world_size) is not int or world_size < 1:  # True is an int, not a size
         raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
-    if not timeout > 0:
-        raise ValueError(
-            f"timeout must be a positive number of seconds, got {timeout!r}"
-        )
+    check_positive(timeout, "timeout", "give the seconds the run may take, e.g. 120")
     backend = backend or backend_for(world_size)
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"unknown backend {backend!r}; use 'gloo' or 'nccl'")
@@ -175,6 +173,7 @@ def _check_launch(world_size: int, timeout: float, backend: str | None) -> str:
 
 def _open_store(port: int | None) -> dist.TCPStore:
     """The rendezvous store, held by the launcher on ``port`` (None: the OS picks)."""
+    check_port(port)
     try:
         return dist.TCPStore(MASTER_ADDR, port or 0, None, True, wait_for_workers=False)
     except RuntimeError as err:

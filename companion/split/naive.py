@@ -31,7 +31,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 from torch import nn
 
-from ..core.checks import check_int
+from ..core.checks import check_batch, check_int, check_module
 from ..core.training import check_lr
 
 __all__ = [
@@ -101,6 +101,7 @@ def copy_replicas(net: nn.Module, devices: Sequence[torch.device]) -> list[nn.Mo
     one set of parameters and their gradients would pile up in one tensor.
     ``copy.deepcopy`` makes real copies.
     """
+    check_module(net, "net")
     if not devices:
         raise ValueError("replicate needs at least one device")
     replicas = [copy.deepcopy(net).to(d) for d in devices]
@@ -215,15 +216,22 @@ def train_batch(
     statistics of its own shard). The three phases are arguments so that
     :mod:`companion.split.fused` can swap in faster versions of them.
     """
-    if len(replicas) != len(devices):
-        raise ValueError(
-            f"{len(replicas)} replicas for {len(devices)} devices: "
-            f"copy_replicas(net, devices) makes one per device"
-        )
     loss = loss or nn.CrossEntropyLoss(reduction="none")
+    _check_step(X, y, replicas, devices, lr, loss)
     X_shards, y_shards = split_batch(X, y, devices)
     losses = forward_backward(replicas, X_shards, y_shards, len(y), loss)
     allreduce_grads(replicas)
     for net in replicas:
         sgd(net.parameters(), lr)
     return sum(l.to(devices[0]) for l in losses)
+
+
+def _check_step(X, y, replicas, devices, lr: float, loss: Loss) -> None:
+    check_lr(lr)
+    if len(replicas) != len(devices):
+        raise ValueError(
+            f"{len(replicas)} replicas for {len(devices)} devices: "
+            f"copy_replicas(net, devices) makes one per device"
+        )
+    if replicas:
+        check_batch(replicas[0], X, y, loss)

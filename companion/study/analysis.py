@@ -132,7 +132,7 @@ def table(points: Sequence[Point]) -> str:
     )
     lines = [head]
     for p in points:
-        sd = f"({p.acc_std:.3f})" if p.seeds > 1 else ""
+        sd = f"({p.acc_std:.3f})" if p.seeds > 1 else "-"
         effic = "noise" if p.noisy else f"{p.efficiency:.0%}"
         lines.append(
             f"{p.method:<12}{p.n_devices:>8}{p.global_batch:>6}{p.lr_rule:>8}{p.seeds:>6}"

@@ -17,6 +17,7 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..core.checks import PROFILE_HELP, DefaultsHelp, check_distinct, positive_arg, profile_arg
 from ..core.data import load_data
 from ..core.files import atomic_write
 from ..core.profiles import get_profile
@@ -29,14 +30,27 @@ from .schedule import LR_RULES
 __all__ = ["main", "parse_args"]
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}")
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"expected non-negative integers, got {text!r}")
-    return values
+def _ints(minimum: int):
+    """An argparse ``type``: distinct integers >= ``minimum``, separated by commas."""
+
+    def parse(text: str) -> list[int]:
+        try:
+            values = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected integers separated by commas, got {text!r}"
+            ) from None
+        if not values or min(values) < minimum:
+            raise argparse.ArgumentTypeError(
+                f"expected integers >= {minimum} separated by commas, got {text!r}"
+            )
+        try:
+            return check_distinct(values, "the list")
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    parse.__name__ = "integer list"
+    return parse
 
 
 def _methods(text: str) -> list[str]:
@@ -52,28 +66,40 @@ def _methods(text: str) -> list[str]:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line's options (see the module docstring)."""
     p = argparse.ArgumentParser(
-        prog="python -m companion.study", description=__doc__.split("\n")[0]
+        prog="python -m companion.study",
+        description=__doc__.split("\n")[0],
+        formatter_class=DefaultsHelp,
     )
-    p.add_argument(
-        "--methods",
-        type=_methods,
-        default=["split", "ddp"],
-        help=f"comma-separated, from {', '.join(METHODS)}",
-    )
-    p.add_argument("--devices", type=_ints, default=None, help="device counts (profile's)")
-    p.add_argument("--seeds", type=_ints, default=[0, 1, 2])
-    p.add_argument("--scaling", choices=SCALING, default="strong")
-    p.add_argument("--lr-rule", choices=list(LR_RULES), default="none")
-    p.add_argument("--profile", default=None, help="ci, cpu or gpu (default: BOOK_PROFILE)")
-    p.add_argument("--model", default=None)
-    p.add_argument("--batch", type=int, default=None, help="global (strong) or per-device (weak)")
-    p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--epochs", type=int, default=None)
-    p.add_argument("--samples", type=int, default=None, help="use this many training samples")
-    p.add_argument("--out", type=Path, default=Path("study-results"))
-    p.add_argument("--plot-only", action="store_true", help="redraw from --out/study.json")
-    p.add_argument("--no-progress", action="store_true")
-    return p.parse_args(argv)
+    add = p.add_argument
+    add("--methods", type=_methods, default="split,ddp",
+        help=f"comma-separated, from {', '.join(METHODS)}")
+    add("--devices", type=_ints(1), default=None,
+        help="comma-separated device counts (default: the profile's)")
+    add("--seeds", type=_ints(0), default="0,1,2",
+        help="comma-separated, distinct seeds: each run is repeated with each")
+    add("--scaling", choices=SCALING, default="strong",
+        help="strong: fixed global batch; weak: fixed batch per device")
+    add("--lr-rule", choices=list(LR_RULES), default="none",
+        help="how weak scaling changes the learning rate with the device count")
+    add("--profile", type=profile_arg, default=None, help=PROFILE_HELP)
+    add("--model", default=None, help="lenet, resnet18 or convnet (default: the profile's)")
+    add("--batch", type=positive_arg(int), default=None,
+        help="global (strong) or per-device (weak) batch (default: the profile's)")
+    add("--lr", type=positive_arg(float), default=None, help="learning rate (default: the profile's)")
+    add("--epochs", type=positive_arg(int), default=None, help="epochs to train (default: the profile's)")
+    add("--samples", type=positive_arg(int), default=None,
+        help="use this many training samples (default: all of the data set)")
+    add("--out", type=Path, default=Path("study-results"),
+        help="folder for study.csv, study.json, table.txt and the figures")
+    add("--plot-only", action="store_true", help="redraw from --out/study.json")
+    add("--no-progress", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+    if args.plot_only and not (args.out / "study.json").is_file():
+        p.error(
+            f"--plot-only redraws from {args.out / 'study.json'}, which does not exist: "
+            f"run the study first, or give the folder that holds it with --out"
+        )
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> list[Path]:
@@ -85,17 +111,17 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     else:
         profile = get_profile(args.profile)
         data = load_data(profile)
-        if args.samples:
+        if args.samples is not None:
             data = subset(data, args.samples, min(len(data.test), max(1, args.samples // 4)))
         runs = plan(
             args.methods,
-            args.devices or list(profile.device_counts),
+            _given(args.devices, list(profile.device_counts)),
             args.seeds,
             data=data,
-            model=args.model or profile.model,
-            batch=args.batch or profile.batch_size,
-            lr=args.lr or profile.lr,
-            epochs=args.epochs or profile.epochs,
+            model=_given(args.model, profile.model),
+            batch=_given(args.batch, profile.batch_size),
+            lr=_given(args.lr, profile.lr),
+            epochs=_given(args.epochs, profile.epochs),
             scaling=args.scaling,
             lr_rule=args.lr_rule,
             profile=profile.name,
@@ -114,3 +140,8 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
     print(text, end="")
     print("wrote " + ", ".join(str(p) for p in paths))
     return paths
+
+
+def _given(value, default):
+    """``value`` unless the option was not given (``None``): 0 is a value, not "not given"."""
+    return default if value is None else value

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from ..core.checks import check_choice, check_int
+from ..core.checks import check_choice, check_data, check_distinct, check_int
 from ..core.data import Data, ImageSet
 from ..core.devices import hardware_label
 from ..core.files import atomic_write
@@ -74,16 +74,7 @@ def plan(
 
     ``warmup_epochs`` is the length of the warm-up of ``lr_rule="warmup"``.
     """
-    check_choice(scaling, "scaling", SCALING)
-    check_choice(lr_rule, "lr_rule", LR_RULES)
-    if scaling == "strong" and lr_rule != "none":
-        raise ValueError("strong scaling keeps the global batch, so keep lr_rule='none'")
-    for name in methods:
-        check_choice(name, "method", METHODS)
-    for k in device_counts:
-        check_int(k, "device count")
-    if not (methods and device_counts and seeds):
-        raise ValueError("give at least one method, one device count and one seed")
+    _check_plan(methods, device_counts, seeds, scaling, lr_rule, data)
     runs = []
     for name in methods:
         for k in device_counts:
@@ -105,6 +96,24 @@ def plan(
                 )
                 runs.append((name, spec))
     return runs
+
+
+def _check_plan(methods, device_counts, seeds, scaling: str, lr_rule: str, data: Data) -> None:
+    check_data(data)
+    check_choice(scaling, "scaling", SCALING)
+    check_choice(lr_rule, "lr_rule", LR_RULES)
+    if scaling == "strong" and lr_rule != "none":
+        raise ValueError("strong scaling keeps the global batch, so keep lr_rule='none'")
+    for name in methods:
+        check_choice(name, "method", METHODS)
+    for k in device_counts:
+        check_int(k, "device count")
+    for seed in seeds:
+        check_int(seed, "seed", 0)
+    if not (methods and device_counts and seeds):
+        raise ValueError("give at least one method, one device count and one seed")
+    for values, name in ((methods, "methods"), (device_counts, "device_counts"), (seeds, "seeds")):
+        check_distinct(values, name)  # a seed run twice would report a spread of 0
 
 
 def run_study(
@@ -204,13 +213,16 @@ def _typed(kind: str, value):
 
 def subset(data: Data, n_train: int, n_test: int, seed: int = 0) -> Data:
     """``n_train`` training and ``n_test`` test samples of ``data``, drawn at random."""
+    check_data(data)
     check_int(n_train, "n_train")
     check_int(n_test, "n_test")
     g = torch.Generator().manual_seed(seed)
 
     def pick(split: ImageSet, n: int) -> ImageSet:
         if n > len(split):
-            raise ValueError(f"asked for {n} samples of a split of {len(split)}")
+            raise ValueError(
+                f"asked for {n} samples of a split of {len(split)}: ask for at most {len(split)}"
+            )
         idx = torch.randperm(len(split), generator=g)[:n]
         return ImageSet(split.images[idx], split.labels[idx])
 
