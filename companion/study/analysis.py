@@ -69,21 +69,12 @@ def aggregate(records: Sequence[StudyRecord]) -> list[Point]:
         epochs = [r for run in by_seed.values() for r in run]
         seconds = sum(r.sec_per_epoch for r in epochs)
         samples = sum(r.samples_per_sec * r.sec_per_epoch for r in epochs)
-        acc_mean, acc_std, acc_min, acc_max = spread(accs)
+        acc = dict(zip(("acc_mean", "acc_std", "acc_min", "acc_max"), spread(accs)))
         points.append(
             Point(
-                method=method,
-                n_devices=k,
-                global_batch=batch,
-                lr_rule=rule,
-                seeds=len(by_seed),
-                acc_mean=acc_mean,
-                acc_std=acc_std,
-                acc_min=acc_min,
-                acc_max=acc_max,
-                sec_per_epoch=seconds / len(epochs),
-                samples_per_sec=samples / seconds,
-                scaling=scaling,
+                method=method, n_devices=k, global_batch=batch, lr_rule=rule, scaling=scaling,
+                seeds=len(by_seed), sec_per_epoch=seconds / len(epochs),
+                samples_per_sec=samples / seconds, **acc,
             )
         )
     return speedups(points)
