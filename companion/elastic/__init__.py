@@ -5,14 +5,16 @@ FILE`` runs :mod:`.cli`; :mod:`.snapshot` is what a restart needs,
 :mod:`.sampler` where it resumes in an epoch, :mod:`.rendezvous`
 how a restarted worker rejoins, :mod:`.trainer` the training
 loop, :mod:`.agents` runs several torchrun agents from Python,
-:mod:`.launchers` checks the launch files in ``launch/``, and :mod:`.seed003`
+:mod:`.launchers` and :mod:`.kubernetes` check the launch files in ``launch/``,
+and :mod:`.seed003`
 the mistakes of a published torchrun job.
 """
 
 # Every module's public names, re-exported: ``from companion.elastic import ...``.
-from . import agents, cli, launchers, rendezvous, sampler, seed003, snapshot, trainer
+from . import agents, cli, kubernetes, launchers, rendezvous, sampler, seed003, snapshot, trainer
 from .agents import *  # noqa: F401,F403
 from .cli import *  # noqa: F401,F403
+from .kubernetes import *  # noqa: F401,F403
 from .launchers import *  # noqa: F401,F403
 from .rendezvous import *  # noqa: F401,F403
 from .sampler import *  # noqa: F401,F403
@@ -30,6 +32,7 @@ __all__ = list(
             *trainer.__all__,
             *cli.__all__,
             *launchers.__all__,
+            *kubernetes.__all__,
             *seed003.__all__,
         ]
     )

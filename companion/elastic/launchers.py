@@ -4,15 +4,17 @@ Used in: chapter 8.
 
 A launch file fails far from the laptop it was written on: a world size that
 does not divide the global batch, a GPU count that does not match the
-processes per node, an option the program does not have. Each check below
-reads one kind of file, derives the torchrun command and the world size it
-gives, and raises :class:`LaunchFileError` naming the inconsistency:
+processes per node, an option the program does not have, an image without
+the program. Each check reads one kind of file, derives the torchrun command
+and the world size it gives, and raises :class:`LaunchFileError` naming the
+inconsistency:
 
 * :func:`check_sbatch`: the SLURM script is *run*, with stand-ins for
   ``srun`` and ``scontrol`` that record the command instead of starting it;
-* :func:`check_pytorchjob`: a Kubeflow ``PyTorchJob`` (torchrun's options come
-  from the operator's ``PET_*`` variables, the entry point from the command);
-* :func:`check_t9k_job`: seed 003's TensorStack ``PyTorchTrainingJob``.
+* :func:`check_dockerfile`: ``launch/Dockerfile``, the image of every
+  Kubernetes manifest: its base image's torch against the package's floor,
+  and the installation of companion;
+* the Kubernetes manifests, in :mod:`companion.elastic.kubernetes`.
 
 Each returns a summary (a dict) of what the job would run.
 """
@@ -31,10 +33,9 @@ from .cli import build_parser
 __all__ = [
     "LAUNCH_DIR",
     "LaunchFileError",
+    "check_dockerfile",
     "check_entry_point",
     "check_sbatch",
-    "check_pytorchjob",
-    "check_t9k_job",
 ]
 
 LAUNCH_DIR = Path(__file__).resolve().parents[2] / "launch"
@@ -151,77 +152,49 @@ def _check_torchrun(argv: list[str], n_nodes: int, gpus: int, path) -> dict:
     }
 
 
-def _container(template: dict) -> dict:
-    return template["spec"]["containers"][0]
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
 
 
-def _mounted(container: dict, file: str, path) -> None:
-    mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
-    full = file if file.startswith("/") else f"{container.get('workingDir', '')}/{file}"
-    _fail_unless(
-        any(full.startswith(m.rstrip("/") + "/") for m in mounts),
-        path,
-        f"{full} is not on a mounted volume: a restarted pod would not find it",
-    )
+def check_dockerfile(path: str | Path = LAUNCH_DIR / "Dockerfile") -> dict:
+    """The image the manifests run: a PyTorch base at the package's torch floor, companion in it.
 
-
-def check_pytorchjob(doc: dict, path="") -> dict:
-    """A Kubeflow ``PyTorchJob`` with an ``elasticPolicy``: replicas, GPUs, command, volume."""
+    Returns ``{"image": the tag it is built as, "base": ..., "torch": ...}``.
+    """
+    path = Path(path)
+    text = re.sub(r"\\\n", " ", path.read_text())
+    base = re.findall(r"^FROM\s+(\S+)", text, re.MULTILINE)
+    _fail_unless(len(base) == 1, path, f"needs exactly one FROM line, has {len(base)}")
+    repo, _, tag = base[0].partition(":")
     _fail_unless(
-        (doc["apiVersion"], doc["kind"]) == ("kubeflow.org/v1", "PyTorchJob"),
+        repo == "pytorch/pytorch" and "cuda" in tag,
         path,
-        "not a kubeflow.org/v1 PyTorchJob",
+        f"FROM {base[0]}: start from a pytorch/pytorch CUDA image (torch, CUDA and NCCL inside)",
     )
-    spec, policy = doc["spec"], doc["spec"]["elasticPolicy"]
-    worker = spec["pytorchReplicaSpecs"]["Worker"]
-    low, high, nproc = policy["minReplicas"], policy["maxReplicas"], int(spec["nprocPerNode"])
+    pyproject = (path.parent.parent / "pyproject.toml").read_text()
+    floor = re.search(r'"torch>=([\d.]+)"', pyproject)[1]
     _fail_unless(
-        low <= worker["replicas"] <= high,
+        _version(tag) >= _version(floor),
         path,
-        f"replicas {worker['replicas']} outside minReplicas..maxReplicas {low}..{high}",
+        f"the base image has torch {tag.split('-')[0]}, the package needs torch>={floor}",
     )
-    container = _container(worker["template"])
     _fail_unless(
-        int(container["resources"]["limits"].get(GPU, nproc)) == nproc,
+        re.search(r"^RUN .*pip install[^\n]* \.(\s|&&|$)", text, re.MULTILINE) is not None
+        and re.search(r"^COPY companion\b", text, re.MULTILINE) is not None,
         path,
-        f"nprocPerNode {nproc} differs from the {GPU} limit",
+        "copy the companion package in and pip install the repository (.)",
     )
-    _fail_unless(policy.get("maxRestarts", 0) > 0, path, "set maxRestarts > 0")
-    command = [*container.get("command", []), *container.get("args", [])]
-    _fail_unless(command[:1] == ["torchrun"], path, "the container must start torchrun")
-    summary = check_entry_point(command[1:], [n * nproc for n in range(low, high + 1)], path)
-    _mounted(container, summary["snapshot"], path)
-    return {"nodes": f"{low}..{high}", "processes per node": nproc, **summary}
-
-
-def check_t9k_job(doc: dict, path="") -> dict:
-    """Seed 003's ``PyTorchTrainingJob``: torchrun settings, GPUs, args, logs the server reads."""
-    _fail_unless(doc["kind"] == "PyTorchTrainingJob", path, "not a PyTorchTrainingJob")
-    spec = doc["spec"]
-    run, [node] = spec["torchrunConfig"], spec["replicaSpecs"]
-    nproc = int(run["procPerNode"])
+    image = re.search(r'^LABEL org\.opencontainers\.image\.ref\.name="([^"]+)"', text, re.M)
+    _fail_unless(image is not None, path, "name the image: LABEL org.opencontainers.image.ref.name")
+    version = re.search(r'^version = "([^"]+)"', pyproject, re.MULTILINE)[1]
     _fail_unless(
-        run["enabled"] and run["maxRestarts"] > 0 and run["rdzvBackend"] == "c10d",
+        image[1].endswith(f":{version}"),
         path,
-        "enable torchrun with a c10d rendezvous and maxRestarts > 0",
+        f"image {image[1]}: tag it with the package version {version} of pyproject.toml",
     )
-    container = _container(node["template"])
-    for kind in ("limits", "requests"):
-        _fail_unless(
-            int(container["resources"][kind].get(GPU, nproc)) == nproc,
-            path,
-            f"procPerNode {nproc} differs from the {GPU} {kind}",
-        )
-    summary = check_entry_point(container["args"], [node["replicas"] * nproc], path)
-    _mounted(container, summary["snapshot"], path)
-    served = [
-        os.path.normpath(p)
-        for pvc in spec["tensorboardSpec"]["logDir"]["pvc"]
-        for p in pvc["subPath"]
-    ]
     _fail_unless(
-        os.path.normpath(summary["log dir"]) in served,
+        f"-t {image[1]} " in text,
         path,
-        f"--log-dir {summary['log dir']} is not the directory TensorBoard serves {served}",
+        f"the build command in the comments must tag the image {image[1]}",
     )
-    return {"nodes": node["replicas"], "processes per node": nproc, **summary}
+    return {"image": image[1], "base": base[0], "torch": tag.split("-")[0]}

@@ -10,7 +10,11 @@ somewhere else. A *snapshot* holds all of it:
 * the model (unwrapped), the optimizer and the lr scheduler;
 * where the run is: the epoch, the position within the epoch (samples
   already consumed, see :mod:`companion.elastic.sampler`) and the global step;
-* the random states: Python's, torch's on the CPU and on every CUDA device;
+* the random states: Python's, torch's on the CPU and on every CUDA device,
+  *as rank 0 holds them*: every rank restores rank 0's states. Streams that
+  differ by rank (dropout or augmentation seeded with the rank) are not
+  captured, so a resumed run draws other numbers there; the book's models
+  draw none during training;
 * the run's config, to refuse a snapshot from a different run.
 
 Rank 0 writes it atomically (:func:`~companion.core.files.atomic_write`:
@@ -171,6 +175,14 @@ def check_resumable(snapshot: dict[str, Any], config: dict[str, Any]) -> None:
         )
 
 
+def _where(epoch: int, position: int, epochs: int | None) -> str:
+    """The snapshot's place, with epochs counted from 1 as the trainer's log counts them."""
+    if position:
+        return f"epoch {epoch + 1}, {position} samples into it"
+    done = f"{epoch} of {epochs} epochs done" if epochs else f"{epoch} epoch(s) done"
+    return done + (" (the run is finished)" if epochs and epoch >= epochs else "")
+
+
 def describe_snapshot(snapshot: dict[str, Any]) -> str:
     """A few lines on what a snapshot holds."""
     check_snapshot(snapshot)
@@ -180,14 +192,15 @@ def describe_snapshot(snapshot: dict[str, Any]) -> str:
     rng = snapshot["rng"]
     return "\n".join(
         [
-            f"where:     epoch {snapshot['epoch']}, position {snapshot['position']} "
-            f"(samples into the epoch), after {snapshot['step']} global steps",
+            f"where:     {_where(snapshot['epoch'], snapshot['position'], config.get('epochs'))}, "
+            f"after {snapshot['step']} global steps",
             f"model:     {len(snapshot['model'])} tensors, "
             f"{sum(t.numel() for t in snapshot['model'].values()):,} numbers",
             f"optimizer: lr {snapshot['optimizer']['param_groups'][0]['lr']:.4g}, "
             f"{momentum} momentum buffers",
             f"scheduler: {snapshot['scheduler']['last_epoch']} steps taken",
-            f"rng:       python, torch CPU, {len(rng['cuda'])} CUDA device(s)",
+            f"rng:       rank 0's python, torch CPU, {len(rng['cuda'])} CUDA device(s) "
+            "(restored on every rank)",
             "config:    " + ", ".join(f"{k}={v}" for k, v in sorted(config.items())),
         ]
     )

@@ -6,7 +6,10 @@ A run's accuracy is :func:`~companion.core.results.final_accuracy` (the mean
 of its last half of the epochs); a point of the study is the mean of that
 over the seeds, with their standard deviation and range. The speed-up of
 ``k`` devices is the throughput (samples per second) at ``k`` over the
-throughput at 1 device of the same method; the scaling efficiency is the
+throughput at 1 device of the same method, lr rule and batch: the same global
+batch in strong scaling, the same per-device batch in weak scaling (a
+1-device run on another batch is another computation, not a base). The
+scaling efficiency is the
 speed-up over ``k``: 1 is the ideal (``k`` devices, ``k`` times the samples
 per second), and in strong scaling the speed-up is also the time per epoch
 at 1 device over the time at ``k``.
@@ -46,6 +49,7 @@ class Point:
     samples_per_sec: float
     sec_min: float  # the fastest epoch of every seed
     sec_max: float  # the slowest
+    scaling: str = "strong"
     speedup: float = float("nan")
     efficiency: float = float("nan")
     speedup_min: float = float("nan")  # with the slowest epoch at k, the fastest at 1
@@ -66,33 +70,25 @@ def spread(values: Sequence[float]) -> tuple[float, float, float, float]:
 
 
 def aggregate(records: Sequence[StudyRecord]) -> list[Point]:
-    """One :class:`Point` per (method, device count, global batch, lr rule), with speed-ups."""
+    """One :class:`Point` per (method, device count, global batch, lr rule, scaling), with speed-ups."""
     if not records:
         raise ValueError("aggregate needs records: run a study or load one")
     runs: dict[tuple, dict[int, list[StudyRecord]]] = {}
     for r in records:
-        key = (r.method, r.n_devices, r.global_batch, r.lr_rule)
+        key = (r.method, r.n_devices, r.global_batch, r.lr_rule, r.scaling)
         runs.setdefault(key, {}).setdefault(r.seed, []).append(r)
     points = []
-    for (method, k, batch, rule), by_seed in runs.items():
+    for (method, k, batch, rule, scaling), by_seed in runs.items():
         accs = [final_accuracy(run)[0] for run in by_seed.values()]
         epochs = [r for run in by_seed.values() for r in run]
         seconds = sum(r.sec_per_epoch for r in epochs)
         samples = sum(r.samples_per_sec * r.sec_per_epoch for r in epochs)
-        acc_mean, acc_std, acc_min, acc_max = spread(accs)
+        acc = dict(zip(("acc_mean", "acc_std", "acc_min", "acc_max"), spread(accs)))
         points.append(
             Point(
-                method=method,
-                n_devices=k,
-                global_batch=batch,
-                lr_rule=rule,
-                seeds=len(by_seed),
-                acc_mean=acc_mean,
-                acc_std=acc_std,
-                acc_min=acc_min,
-                acc_max=acc_max,
-                sec_per_epoch=seconds / len(epochs),
-                samples_per_sec=samples / seconds,
+                method=method, n_devices=k, global_batch=batch, lr_rule=rule, scaling=scaling,
+                seeds=len(by_seed), sec_per_epoch=seconds / len(epochs),
+                samples_per_sec=samples / seconds, **acc,
                 sec_min=min(r.sec_per_epoch for r in epochs),
                 sec_max=max(r.sec_per_epoch for r in epochs),
             )
@@ -100,12 +96,22 @@ def aggregate(records: Sequence[StudyRecord]) -> list[Point]:
     return speedups(points)
 
 
+def _base_key(p: Point) -> tuple:
+    """What a point's 1-device base shares with it: the global batch, or in weak scaling
+    the per-device batch."""
+    batch = p.global_batch // p.n_devices if p.scaling == "weak" else p.global_batch
+    return p.method, p.lr_rule, p.scaling, batch
+
+
 def speedups(points: Sequence[Point]) -> list[Point]:
-    """``points`` with speed-up and efficiency against the same method's 1-device point."""
-    base = {(p.method, p.lr_rule): p for p in points if p.n_devices == 1}
+    """``points`` with speed-up and efficiency against their 1-device base (:func:`_base_key`).
+
+    A point without a 1-device run on the same batch gets none (NaN).
+    """
+    base = {_base_key(p): p for p in points if p.n_devices == 1}
     out = []
     for p in points:
-        one = base.get((p.method, p.lr_rule))
+        one = base.get(_base_key(p))
         if one is None or p.method == "reference":  # one device standing in for k
             out.append(p)
             continue

@@ -149,6 +149,19 @@ def measure(world_size: int, model: str, batches: Sequence[int], **kwargs) -> Pa
     return launch(time_parts, world_size, model, list(batches), timeout=600, **kwargs)[0]
 
 
+def _breakeven_text(value: float | None, batches: Sequence[int]) -> str:
+    if value is None:
+        return f"beyond {max(batches)}"
+    return f"below {min(batches)}" if value < min(batches) else f"b = {value:.0f}"
+
+
+def _breakeven_x(value: float | None, batches: Sequence[int]) -> float:
+    """Where a break-even's vertical line goes; outside the batches measured, at the edge."""
+    if value is None:
+        return max(batches)
+    return min(max(value, min(batches)), max(batches))
+
+
 def plot_breakeven(parts: Parts, found: dict, title: str = ""):
     """Compute against batch (measured, fitted) and the all-reduce (measured, predicted)."""
     import matplotlib.pyplot as plt
@@ -165,11 +178,11 @@ def plot_breakeven(parts: Parts, found: dict, title: str = ""):
         label="all-reduce (alpha-beta prediction)",
     )
     for key, style in (("measured_b", "-"), ("predicted_b", "--")):
-        if found[key]:
-            ax.axvline(found[key], color="gray", linestyle=style, alpha=0.6)
+        ax.axvline(_breakeven_x(found[key], b), color="gray", linestyle=style, alpha=0.6,
+                   label=f"{key[:-2]} break-even: {_breakeven_text(found[key], b)}")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    ax.set_xlabel("per-device batch b (vertical lines: break-even)")
+    ax.set_xlabel("per-device batch b")
     ax.set_ylabel("milliseconds per step")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)

@@ -130,7 +130,9 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
             runs, args.scaling, out / "study", progress=False if args.no_progress else None
         )
     points = aggregate(records)
-    label = "; ".join(sorted({f"{r.hardware}, profile '{r.profile}'" for r in records}))
+    label = "; ".join(
+        sorted({f"{r.hardware}, profile '{r.profile}', {r.precision}" for r in records})
+    )
     text = table(points) + f"\nmeasured on: {label}\n"
     paths = list(save_study(records, out / "study"))
     paths.append(atomic_write(out / "table.txt", lambda f: f.write(text), binary=False))

@@ -37,6 +37,15 @@ def _finish(fig, axes, title: str, xlabel: str, xs=None, log2=False):
     return fig
 
 
+def _accuracy_axis(ax, points: Sequence[Point], least: float = 0.2) -> None:
+    """At least ``least`` of accuracy on the axis (within 0..1): a spread of 0.01 drawn
+    over the whole height would make one point look like a cliff."""
+    low, high = min(p.acc_min for p in points), max(p.acc_max for p in points)
+    pad = max(0.0, least - (high - low)) / 2
+    low, high = max(0.0, low - pad), min(1.0, high + pad)
+    ax.set_ylim(min(low, 1.0 - least), max(high, least))
+
+
 def plot_study(points: Sequence[Point], title: str = ""):
     """Test accuracy (mean, bar: lowest to highest seed) and s/epoch against devices."""
     import matplotlib.pyplot as plt
@@ -54,6 +63,7 @@ def plot_study(points: Sequence[Point], title: str = ""):
         spans = [[s - p.sec_min for s, p in zip(secs, ps)], [p.sec_max - s for s, p in zip(secs, ps)]]
         ax_time.errorbar(xs, secs, yerr=spans, **style)
     ax_acc.set_ylabel("test accuracy\n(mean over seeds, bar: range)")
+    _accuracy_axis(ax_acc, points)
     ax_time.set_ylabel("seconds per epoch\n(mean, bar: fastest to slowest)")
     ax_time.set_ylim(bottom=0)
     counts = {p.n_devices for p in points}

@@ -38,8 +38,8 @@ __all__ = ["LR_RULES", "lr_schedule", "scaled_lr", "train_scheduled", "warmup_lr
 
 LR_RULES = {
     "none": "the base lr at every device count (the global batch grows, the lr does not)",
-    "linear": "lr x devices from the first step (Goyal et al. 2017, no warm-up)",
-    "warmup": "lr x devices, reached by a linear warm-up over the first epochs",
+    "linear": "lr x devices from the first step (the scaling rule alone, without warm-up)",
+    "warmup": "lr x devices, reached by a linear warm-up over the first epochs (Goyal et al.)",
 }
 
 

@@ -2,8 +2,9 @@
 nodes and world sizes; each kind of inconsistency is caught with a message saying what to fix.
 
 No schema validator from the package registries knows these custom resources (kubernetes-validate
-covers Kubernetes' own kinds, not Kubeflow's PyTorchJob or TensorStack's PyTorchTrainingJob), so the
-fields are checked here, by reading them."""
+covers Kubernetes' own kinds, not Kubeflow's TrainJob and PyTorchJob or TensorStack's
+PyTorchTrainingJob), so the fields are checked here, by reading them. No Docker engine runs here
+either: the Dockerfile is read, not built."""
 import copy
 import subprocess
 
@@ -11,19 +12,17 @@ import pytest
 import yaml
 
 from companion.elastic import launchers
-from companion.elastic.launchers import (
-    LAUNCH_DIR,
-    LaunchFileError,
-    check_pytorchjob,
-    check_sbatch,
-    check_t9k_job,
-)
+from companion.elastic.kubernetes import check_pytorchjob, check_t9k_job, check_trainjob
+from companion.elastic.launchers import LAUNCH_DIR, LaunchFileError, check_dockerfile, check_sbatch
 
 pytestmark = pytest.mark.ch8
 
 SBATCH = LAUNCH_DIR / "slurm" / "train.sbatch"
 PYTORCHJOB = yaml.safe_load((LAUNCH_DIR / "kubernetes" / "pytorchjob.yaml").read_text())
 T9K = yaml.safe_load((LAUNCH_DIR / "kubernetes" / "t9k-pytorchtrainingjob.yaml").read_text())
+TRAINJOB = yaml.safe_load((LAUNCH_DIR / "kubernetes" / "trainjob.yaml").read_text())
+DOCKERFILE = LAUNCH_DIR / "Dockerfile"
+IMAGE = "ghcr.io/dp-from-scratch/companion:0.1.0"
 
 
 def test_the_slurm_script_starts_one_agent_per_node_with_the_rendezvous_on_the_first():
@@ -53,6 +52,7 @@ def test_an_inconsistent_slurm_script_is_caught(tmp_path, old, new, message):
 def test_the_pytorchjob_fits_every_world_size_of_its_elastic_range():
     summary = check_pytorchjob(PYTORCHJOB)
     assert summary["world sizes"] == [4, 8] and summary["nodes"] == "1..2"
+    assert summary["image"] == IMAGE
 
 
 def broken(doc: dict, where: str, value) -> dict:
@@ -69,7 +69,9 @@ CONTAINER = "spec.pytorchReplicaSpecs.Worker.template.spec.containers.0"
 
 
 @pytest.mark.parametrize("where, value, message", [
-    ("spec.nprocPerNode", "3", "nprocPerNode 3 differs from the nvidia.com/gpu limit"),
+    ("spec.nprocPerNode", "3", "nprocPerNode 3 differs from the nvidia.com/gpu limits"),
+    (f"{CONTAINER}.image", "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+     "is not ghcr.io/dp-from-scratch/companion:0.1.0, the image launch/Dockerfile builds"),
     ("spec.pytorchReplicaSpecs.Worker.replicas", 3, "outside minReplicas..maxReplicas 1..2"),
     ("spec.elasticPolicy.maxReplicas", 3, "not a multiple of the world size 12"),
     ("spec.elasticPolicy.maxRestarts", 0, "set maxRestarts > 0"),
@@ -93,6 +95,7 @@ T9K_CONTAINER = "spec.replicaSpecs.0.template.spec.containers.0"
 
 @pytest.mark.parametrize("where, value, message", [
     ("spec.torchrunConfig.procPerNode", "8", "procPerNode 8 differs from the nvidia.com/gpu limits"),
+    (f"{T9K_CONTAINER}.image", "t9kpublic/pytorch-1.13.0:sdk-0.5.2", "the image launch/Dockerfile"),
     (f"{T9K_CONTAINER}.args", ["torch_mnist_trainingjob.py", "--log_dir", "log"], "not the entry point"),
     ("spec.tensorboardSpec.logDir.pvc.0.subPath", ["./log"], "not the directory TensorBoard serves"),
     (f"{T9K_CONTAINER}.workingDir", "/tmp", "is not on a mounted volume"),
@@ -104,3 +107,60 @@ def test_an_inconsistent_t9k_job_is_caught(where, value, message):
 
 def test_the_launch_directory_is_the_repositorys():
     assert launchers.LAUNCH_DIR.name == "launch" and SBATCH.exists()
+
+
+def test_the_dockerfile_installs_companion_on_a_pytorch_image_at_the_packages_floor():
+    summary = check_dockerfile(DOCKERFILE)
+    assert summary["image"] == IMAGE and summary["base"].startswith("pytorch/pytorch:")
+    major, minor = map(int, summary["torch"].split(".")[:2])
+    assert (major, minor) >= (2, 2)
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("FROM pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
+     "FROM pytorch/pytorch:1.13.0-cuda11.6-cudnn8-runtime", "the package needs torch>=2.2"),
+    ("FROM pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime", "FROM python:3.12",
+     "start from a pytorch/pytorch CUDA image"),
+    ("pip install --no-cache-dir .", "pip install --no-cache-dir torch", "pip install the repository"),
+    ("companion:0.1.0\"", "companion:latest\"", "tag it with the package version 0.1.0"),
+    ("-t ghcr.io/dp-from-scratch/companion:0.1.0 .", "-t companion .", "must tag the image"),
+])
+def test_an_inconsistent_dockerfile_is_caught(tmp_path, old, new, message):
+    (tmp_path / "launch").mkdir()
+    (tmp_path / "pyproject.toml").write_text((LAUNCH_DIR.parent / "pyproject.toml").read_text())
+    broken = tmp_path / "launch" / "Dockerfile"
+    assert old in DOCKERFILE.read_text()
+    broken.write_text(DOCKERFILE.read_text().replace(old, new))
+    with pytest.raises(LaunchFileError, match=message):
+        check_dockerfile(broken)
+
+
+def test_the_trainjob_runs_the_image_and_entry_point_on_every_gpu():
+    summary = check_trainjob(TRAINJOB)
+    assert summary["image"] == IMAGE and summary["world sizes"] == [8]
+    assert (summary["nodes"], summary["processes per node"]) == (2, 4)
+    assert TRAINJOB["spec"]["runtimeRef"]["name"] == "torch-distributed"
+
+
+TRAINER = "spec.trainer"
+NODE = ("spec.runtimePatches.0.trainingRuntimeSpec.template.spec.replicatedJobs.0"
+        ".template.spec.template.spec.containers.0")
+
+
+@pytest.mark.parametrize("where, value, message", [
+    (f"{TRAINER}.image", "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
+     "the image launch/Dockerfile builds"),
+    (f"{TRAINER}.numNodes", 3, "not a multiple of the world size 12"),
+    (f"{TRAINER}.numProcPerNode", 2, "numProcPerNode 2 differs from the nvidia.com/gpu limits"),
+    (f"{TRAINER}.resourcesPerNode", {}, "give resourcesPerNode.limits.nvidia.com/gpu"),
+    (f"{TRAINER}.command", ["torchrun", "--nnodes=1", "-m", "companion.elastic"],
+     "--nnodes=1 overrides the runtime's 2"),
+    (f"{TRAINER}.command", ["torchrun", "--nproc-per-node=2", "-m", "companion.elastic"],
+     "--nproc-per-node=2 overrides the runtime's 4"),
+    (f"{TRAINER}.command", ["python", "-m", "companion.elastic"], "must start torchrun"),
+    ("spec.runtimeRef.name", "mpi-distributed", "use the torch-distributed runtime"),
+    (f"{NODE}.volumeMounts", [], "is not on a mounted volume"),
+])
+def test_an_inconsistent_trainjob_is_caught(where, value, message):
+    with pytest.raises(LaunchFileError, match=message.replace(".", r"\.")):
+        check_trainjob(broken(TRAINJOB, where, value))

@@ -61,7 +61,11 @@ def test_a_saved_snapshot_restores_model_optimizer_schedule_position_and_random_
 def test_describe_snapshot_says_what_it_holds(tmp_path):
     snapshot = make_snapshot(*trained(), epoch=0, position=192, step=3, config=CONFIG)
     text = describe_snapshot(snapshot)
-    assert "epoch 0, position 192 (samples into the epoch), after 3 global steps" in text
+    # epochs counted from 1, as the trainer's log ("resumed from step 3 (epoch 1, position 192)")
+    assert "where:     epoch 1, 192 samples into it, after 3 global steps" in text
+    done = describe_snapshot(make_snapshot(*trained(), epoch=2, position=0, step=8, config=CONFIG))
+    assert f"2 of {CONFIG['epochs']} epochs done" in done and "after 8 global steps" in done
+    assert "rank 0's python" in text
     assert "10 momentum buffers" in text and "3 steps taken" in text
     assert f"{sum(p.numel() for p in get_model('lenet').parameters()):,} numbers" in text
 

@@ -74,3 +74,25 @@ def test_one_seed_prints_no_standard_deviation():
     assert "(0.000)" not in table([p])
     two_seeds = aggregate([rec("m", 1, 0, 1, 0.5, 1.0), rec("m", 1, 1, 1, 0.7, 1.0)])
     assert "(0.141)" in table(two_seeds)
+
+
+def test_the_speedup_base_is_the_1_device_run_on_the_same_batch():
+    def run(k, batch, secs, scaling="strong"):
+        return StudyRecord("m", k, 1, 0.5, secs, 1000 / secs, 1.0, "hw", "ci",
+                           global_batch=batch, scaling=scaling)
+
+    points = aggregate([run(1, 16, 4.0), run(1, 64, 1.0), run(2, 16, 2.0), run(2, 64, 2.0)])
+    speedup = {(p.n_devices, p.global_batch): p.speedup for p in points}
+    # batch 16 on 1 device is its own base (1.0), not a slower copy of batch 64's
+    assert speedup == pytest.approx({(1, 16): 1.0, (1, 64): 1.0, (2, 16): 2.0, (2, 64): 0.5})
+
+
+def test_weak_scaling_speedup_is_against_one_device_on_the_per_device_batch():
+    def run(k, batch, secs):
+        return StudyRecord("m", k, 1, 0.5, secs, batch * 10 / secs, 1.0, "hw", "ci",
+                           global_batch=batch, scaling="weak")
+
+    one, two, lonely = aggregate([run(1, 64, 1.0), run(2, 128, 1.0), run(4, 512, 1.0)])
+    assert two.speedup == pytest.approx(2.0) and two.efficiency == pytest.approx(1.0)
+    # 4 devices of 128 each: no 1-device run of batch 128, so no speed-up
+    assert one.speedup == pytest.approx(1.0) and math.isnan(lonely.speedup)

@@ -47,3 +47,25 @@ def test_measure_runs_on_two_processes():
     )
     with pytest.raises(ValueError, match="two ranks"):
         measure(1, "lenet", [1])
+
+
+@pytest.mark.parametrize("measured, predicted, lines", [
+    (0.0, 0.0, ([1, 1], "below 1", "below 1")),
+    (12.0, None, ([12.0, 256], "b = 12", "beyond 256")),
+])
+def test_the_breakeven_plot_draws_both_lines_and_says_where_they_are(measured, predicted, lines):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from companion.study.breakeven import Parts, plot_breakeven
+
+    batches = [1, 4, 16, 64, 256]
+    parts = Parts(2, batches, [1e-3 * b for b in batches], 1000, 2e-3, [10], [1e-3])
+    found = {"c0": 0.0, "c1": 1e-3, "predicted_comm": 2e-3,
+             "measured_b": measured, "predicted_b": predicted}
+    ax = plot_breakeven(parts, found).axes[0]
+    vertical = [ln for ln in ax.lines if len(set(ln.get_xdata())) == 1]
+    assert [ln.get_xdata()[0] for ln in vertical] == lines[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert f"measured break-even: {lines[1]}" in legend
+    assert f"predicted break-even: {lines[2]}" in legend

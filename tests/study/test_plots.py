@@ -24,6 +24,7 @@ def test_plots_draw_every_method_and_the_ideal_line():
             "ci",
             seed=0,
             global_batch=64 * k,
+            scaling="weak",  # 64 samples per device
             lr_rule=rule,
         )
         for m in ("a", "b")
@@ -38,3 +39,18 @@ def test_plots_draw_every_method_and_the_ideal_line():
     assert labels[0] == "ideal" and fig.axes[0].lines[0].get_ydata().tolist() == [1, 2, 4]
     fig = plot_lr_scaling([p for p in points if p.method == "a"])
     assert len(fig.axes[0].get_legend().get_texts()) == 2
+
+
+def test_the_accuracy_axis_is_not_zoomed_into_a_small_spread():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    records = [
+        StudyRecord("a", k, 1, acc, 1.0, 100.0, 1.0, "hw", "ci", global_batch=64)
+        for k, acc in ((1, 0.835), (2, 0.845))
+    ]
+    low, high = plot_study(aggregate(records)).axes[0].get_ylim()
+    assert high - low >= 0.2 - 1e-9 and low <= 0.835 and high >= 0.845
+    near_one = [StudyRecord("a", 1, 1, 0.995, 1.0, 100.0, 1.0, "hw", "ci", global_batch=64)]
+    low, high = plot_study(aggregate(near_one)).axes[0].get_ylim()
+    assert high <= 1.0 and high - low >= 0.2 - 1e-9
