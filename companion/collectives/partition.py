@@ -16,6 +16,7 @@ each rank by its sample count when given it (see :mod:`.uneven`).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple, Sequence
 
 import torch
@@ -29,6 +30,7 @@ from ..core.data import Data, ImageSet
 from ..core.devices import hardware_label
 from ..core.loaders import DeviceLoader
 from ..core.models import MODELS, get_model
+from ..core.precision import check_fp32
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
 from ..core.training import (
@@ -38,6 +40,7 @@ from ..core.training import (
     flat_params,
     set_seed,
     sgd_steps,
+    train_epoch,
     warm_up,
 )
 from ..runtime.group import rank_device
@@ -48,6 +51,7 @@ __all__ = [
     "average_gradients",
     "TrainResult",
     "train_worker",
+    "averaged_step",
     "train_reference",
 ]
 
@@ -160,6 +164,8 @@ def train_worker(
     allreduce: str = "ring",
     seed: int = 0,
     max_steps: int | None = None,
+    precision: str | None = None,
+    channels_last: bool | None = None,
 ) -> TrainResult:
     """Worker: data-parallel SGD with :func:`average_gradients`.
 
@@ -167,71 +173,83 @@ def train_worker(
     (:meth:`DataPartitioner.even`), reshuffled every epoch with seed
     ``seed + r``, in minibatches of ``global_batch / world_size``; sizes left
     unset come from the profile (the model too: pass ``model="lenet"`` for an
-    exact comparison, since BatchNorm's statistics are per rank). The last
-    minibatch of an epoch is short when the shard is not a multiple of the
-    batch, so gradients are averaged weighed by each rank's sample count
-    (``n_local``). Rank 0 records each epoch: test accuracy on the whole test
-    set, seconds of training, training loss averaged over all ranks.
-    ``max_steps`` stops early.
+    exact comparison, since BatchNorm's statistics are per rank). Each pass
+    is chapter 1's ``train_epoch`` with :func:`averaged_step`. Rank 0
+    records each epoch: test accuracy on the whole test set, seconds of
+    training, training loss averaged over all ranks. ``max_steps`` stops
+    early. The hand-written all-reduces compute in fp32 only.
     """
     check_data(data)
-    _check_worker(model, global_batch, epochs, lr, allreduce, max_steps)
+    _check_worker(model, global_batch, epochs, lr, allreduce, max_steps, channels_last)
     profile = get_profile(profile)
-    model = model or profile.model
+    precision = check_fp32(precision or profile.precision, "train_worker")
+    model, lr, device = model or profile.model, lr or profile.lr, rank_device()
     global_batch, epochs = global_batch or profile.batch_size, epochs or profile.epochs
-    lr, device = lr or profile.lr, rank_device()
     shard = DataPartitioner.even(data.train, world_size, seed).use(rank)
     batch = rank_batch_size(global_batch, world_size)
     train_iter = DeviceLoader(shard, batch, device, seed=seed + rank)
-    test_iter = DeviceLoader(data.test, 256, device, shuffle=False)
     set_seed(seed)  # every replica starts from the same parameters
     net = get_model(model).to(device)
-    loss_fn, optimizer = nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=lr)
+    optimizer = torch.optim.SGD(net.parameters(), lr=lr)
     warm_up(net, *next(iter(DeviceLoader(shard, batch, device))), lr)
-    records, allreduce_seconds, steps = [], [], 0
+    records, seconds, steps = [], [], 0
+    step = partial(averaged_step, allreduce=allreduce, seconds=seconds)
     for epoch in range(1, epochs + 1):
-        totals = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, samples
-        allreduce_seconds.append(0.0)
+        seconds.append(0.0)
         dist.barrier()
-        with Timer(device) as epoch_timer:
-            for X, y in train_iter:
-                optimizer.zero_grad(set_to_none=True)
-                loss = loss_fn(net(X), y)
-                loss.backward()
-                with Timer(device) as averaging:  # weighed: the last batch may be short
-                    average_gradients(net, allreduce, n_local=len(y))
-                allreduce_seconds[-1] += averaging.seconds
-                optimizer.step()
-                totals[0] += loss.detach() * len(y)
-                totals[1] += len(y)
-                steps += 1
-                if steps == max_steps:
-                    break
+        left = None if max_steps is None else max_steps - steps
+        with Timer(device) as timer:
+            loss, n = train_epoch(net, train_iter, nn.CrossEntropyLoss(), optimizer, device,
+                                  step=step, max_steps=left)
+        steps += -(-n // batch)
+        totals = torch.tensor([loss * n, n], dtype=torch.float64, device=device)
         dist.all_reduce(totals)
         if rank == 0:
-            seconds, (loss_sum, n) = epoch_timer.seconds, totals.tolist()
-            records.append(
-                Record(
-                    method=f"average_gradients ({allreduce})",
-                    n_devices=world_size,
-                    epoch=epoch,
-                    test_acc=evaluate_accuracy(net, test_iter, device),
-                    sec_per_epoch=seconds,
-                    samples_per_sec=n / seconds,
-                    train_loss=loss_sum / n,
-                    hardware=hardware_label(),
-                    profile=profile.name,
-                    model=model,
-                    dataset=data.name,
-                )
-            )
+            test_acc = evaluate_accuracy(net, DeviceLoader(data.test, 256, device, shuffle=False))
+            records.append(_record(data, profile, model, allreduce, world_size, epoch, timer.seconds,
+                                   totals, test_acc))
         if steps == max_steps:
             break
-    return TrainResult(records, flat_params(net), allreduce_seconds)
+    return TrainResult(records, flat_params(net), seconds)
 
 
-def _check_worker(model, global_batch, epochs, lr, allreduce, max_steps) -> None:
+def averaged_step(net, X, y, loss_fn, optimizer, allreduce: str, seconds: list[float]):
+    """Chapter 1's step with :func:`average_gradients` between backward and the update.
+
+    The average is weighed by sample counts (an epoch's last batch may be
+    short); its seconds are added to ``seconds[-1]``.
+    """
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(net(X), y)
+    loss.backward()
+    with Timer(X.device) as averaging:
+        average_gradients(net, allreduce, n_local=len(y))
+    seconds[-1] += averaging.seconds
+    optimizer.step()
+    return loss.detach()
+
+
+def _record(data, profile, model, allreduce, world_size, epoch, seconds, totals, test_acc):
+    loss_sum, n = totals.tolist()
+    return Record(
+        method=f"average_gradients ({allreduce})",
+        n_devices=world_size,
+        epoch=epoch,
+        test_acc=test_acc,
+        sec_per_epoch=seconds,
+        samples_per_sec=n / seconds,
+        train_loss=loss_sum / n,
+        hardware=hardware_label(),
+        profile=profile.name,
+        model=model,
+        dataset=data.name,
+    )
+
+
+def _check_worker(model, global_batch, epochs, lr, allreduce, max_steps, channels_last) -> None:
     """``None`` means the profile's; anything else must be valid (0 is not ``None``)."""
+    if channels_last:
+        raise ValueError("train_worker keeps the default memory layout: pass channels_last=False")
     if max_steps is not None and max_steps < 1:
         raise ValueError(
             f"max_steps must be >= 1 (or None for whole epochs), got {max_steps}"

@@ -10,6 +10,7 @@ from . import (
     lines,
     listing,
     loaders,
+    lr,
     models,
     precision,
     profiles,
@@ -24,6 +25,7 @@ from .files import *  # noqa: F401,F403
 from .lines import *  # noqa: F401,F403
 from .listing import *  # noqa: F401,F403
 from .loaders import *  # noqa: F401,F403
+from .lr import *  # noqa: F401,F403
 from .models import *  # noqa: F401,F403
 from .precision import *  # noqa: F401,F403
 from .profiles import *  # noqa: F401,F403
@@ -42,6 +44,7 @@ __all__ = list(
             *batches.__all__,
             *models.__all__,
             *training.__all__,
+            *lr.__all__,
             *results.__all__,
             *files.__all__,
             *lines.__all__,

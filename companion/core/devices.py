@@ -25,6 +25,7 @@ __all__ = [
     "try_devices",
     "as_devices",
     "model_device",
+    "gpu_indices",
     "describe_devices",
     "synchronize",
     "synchronize_all",
@@ -103,6 +104,11 @@ def model_device(net: torch.nn.Module) -> torch.device:
     for t in net.buffers():
         return t.device
     return torch.device("cpu")
+
+
+def gpu_indices(devices: Sequence[Device]) -> list[int]:
+    """The GPU indices among ``devices`` (for ``torch.random.fork_rng(devices=...)``)."""
+    return [d.index or 0 for d in as_devices(devices) if d.type == "cuda"]
 
 
 def synchronize(device: Device | None = None) -> None:

@@ -1,6 +1,6 @@
 """Whole lines from processes that share one pipe.
 
-Used in: chapters 3, 5, 6, 8 and appendix A (every worker that prints).
+Used in: chapters 3, 5, 6, 8 and appendix A (every worker that prints); chapter 1 (bars).
 
 ``print(text, flush=True)`` writes the text and the ``"\\n"`` in two calls
 when Python runs unbuffered (``PYTHONUNBUFFERED=1`` or ``python -u``, the
@@ -8,14 +8,18 @@ default of many CI systems and containers). Workers that share torchrun's
 stdout pipe then interleave: ``step 30 loss 2.0004rank 1: killed ...``.
 :func:`say` builds the whole line first and hands it to the stream in one
 ``write``; the operating system keeps a pipe write of up to 4096 bytes whole.
+:func:`progress_bar` draws a bar on a terminal only, never in a notebook.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import IO
 
-__all__ = ["say"]
+__all__ = ["say", "progress_bar"]
 
 
 def say(*parts: object, sep: str = " ", file: IO[str] | None = None) -> None:
@@ -23,3 +27,22 @@ def say(*parts: object, sep: str = " ", file: IO[str] | None = None) -> None:
     stream = sys.stdout if file is None else file
     stream.write(sep.join(str(p) for p in parts) + "\n")
     stream.flush()
+
+
+@contextmanager
+def progress_bar(total: int, desc: str, show: bool | None = None) -> Iterator:
+    """A tqdm bar on stderr, only on a terminal command line; else one that draws nothing.
+
+    ``show=None``: a bar when stderr is a terminal and the code does not run
+    inside IPython/Jupyter, under every profile, so notebook outputs never
+    hold one. ``True``/``False`` force it on or off.
+    """
+    if show is None:
+        show = sys.stderr.isatty() and "IPython" not in sys.modules
+    if not show:
+        yield SimpleNamespace(update=lambda n=1: None)
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc=desc, leave=False) as bar:
+        yield bar

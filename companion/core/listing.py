@@ -30,8 +30,12 @@ class Source:
 
 
 def _without_docstrings(code: str) -> str:
-    """``code`` minus the docstrings of its module, classes and functions."""
-    drop: set[int] = set()
+    """``code`` minus the docstrings of its module, classes and functions.
+
+    A docstring that is the whole body of a function or class becomes
+    ``...``, so the listing stays valid Python.
+    """
+    drop: dict[int, str] = {}  # line number -> what replaces it ("" drops it)
     for node in ast.walk(ast.parse(code)):
         if isinstance(
             node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
@@ -42,9 +46,11 @@ def _without_docstrings(code: str) -> str:
                 and isinstance(first.value, ast.Constant)
                 and isinstance(first.value.value, str)
             ):
-                drop.update(range(first.lineno, first.end_lineno + 1))
+                drop.update(dict.fromkeys(range(first.lineno, first.end_lineno + 1), ""))
+                if len(node.body) == 1 and not isinstance(node, ast.Module):
+                    drop[first.lineno] = " " * first.col_offset + "...\n"
     lines = code.splitlines(keepends=True)
-    return "".join(line for i, line in enumerate(lines, 1) if i not in drop)
+    return "".join(drop.get(i, line) for i, line in enumerate(lines, 1))
 
 
 def show(obj, docstrings: bool = False) -> Source:

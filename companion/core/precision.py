@@ -33,6 +33,7 @@ __all__ = [
     "gradient_gap",
     "PRECISIONS",
     "best_precision",
+    "check_fp32",
     "MathMode",
     "amp_train_step",
 ]
@@ -167,6 +168,16 @@ def best_precision(device: torch.device | str) -> str:
         return "fp32"
     major, _ = torch.cuda.get_device_capability(device)
     return "bf16" if major >= 8 else "fp16"
+
+
+def check_fp32(precision: str, where: str) -> str:
+    """``"fp32"`` if ``precision`` is fp32; else a ``ValueError`` saying what ``where`` supports."""
+    if precision != "fp32":
+        raise ValueError(
+            f"{where} computes in fp32 only, got precision={precision!r}: pass "
+            f"precision='fp32' (or use a profile whose precision is fp32, e.g. 'cpu')"
+        )
+    return precision
 
 
 class MathMode:

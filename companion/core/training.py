@@ -6,16 +6,18 @@ Used in: chapter 1, and as the reference every parallel method is compared with.
 from __future__ import annotations
 
 import copy
-from functools import partial
 import random
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Iterable
 
 import torch
 from torch import nn
 
 from .checks import check_batch, check_int, check_positive
-from .devices import as_devices, hardware_label, model_device, synchronize
+from .devices import as_devices, gpu_indices, hardware_label, model_device, synchronize
+from .lines import progress_bar
 from .precision import MathMode, amp_train_step
 from .profiles import Profile, get_profile
 from .results import Record
@@ -30,6 +32,7 @@ __all__ = [
     "train_epoch",
     "warm_up",
     "train",
+    "set_lr",
     "check_lr",
     "check_training",
     "flat_params",
@@ -131,26 +134,33 @@ def train_epoch(
     loss_fn: nn.Module,
     optimizer: torch.optim.Optimizer,
     device: torch.device | str | None = None,
-    progress=None,
+    on_step: Callable[[int, torch.Tensor, int], None] | None = None,
     step=train_step,
+    max_steps: int | None = None,
 ) -> tuple[float, int]:
     """One pass over ``train_iter``; returns ``(mean training loss, samples seen)``.
 
     Batches go to ``device`` (by default the model's). The loss is summed on
     the device and read once at the end: calling ``.item()`` every step would
     force a synchronisation per step. ``step`` is ``train_step`` or a step with
-    the same arguments (``partial(amp_train_step, mode=...)``).
+    the same arguments (``partial(amp_train_step, mode=...)``);
+    ``on_step(k, loss_sum, samples)`` runs after the pass's step ``k`` (1, 2,
+    ...) with that batch's loss sum, still on the device; ``max_steps`` ends
+    the pass early.
     """
     device = device or model_device(net)
     net.train()
     loss_sum = torch.zeros((), device=device)
     n = 0
-    for X, y in train_iter:
+    for k, (X, y) in enumerate(train_iter, 1):
         X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        loss_sum += step(net, X, y, loss_fn, optimizer) * len(y)
+        loss = step(net, X, y, loss_fn, optimizer) * len(y)
+        loss_sum += loss
         n += len(y)
-        if progress is not None:
-            progress.update(1)
+        if on_step is not None:
+            on_step(k, loss, len(y))
+        if k == max_steps:
+            break
     return float(loss_sum) / max(n, 1), n
 
 
@@ -166,8 +176,7 @@ def warm_up(
     """
     check_lr(lr)
     check_int(steps, "steps", 0)
-    devices = [X.device.index or 0] if X.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
+    with torch.random.fork_rng(devices=gpu_indices([X.device])):
         shadow = copy.deepcopy(net)
         opt = torch.optim.SGD(shadow.parameters(), lr=lr)
         for _ in range(steps):
@@ -192,6 +201,7 @@ def train(
     progress: bool | None = None,
     precision: str | None = None,
     channels_last: bool | None = None,
+    lr_schedule: Callable[[int], float] | None = None,
 ) -> list[Record]:
     """Train ``net`` on one device with minibatch SGD; one :class:`Record` per epoch.
 
@@ -199,65 +209,51 @@ def train(
     ``channels_last`` choose the math (:class:`~companion.core.precision.MathMode`),
     recorded in every :class:`Record`; left unset, the profile's (fp32 in
     ``ci`` and ``cpu``, chapter 1's fast baseline in ``gpu``).
+    ``lr_schedule(step)``, if given, is the rate of global step ``step``
+    (0, 1, ...) in place of ``lr`` (chapter 7's warm-up).
 
     Each epoch is timed whole with :class:`Timer` (evaluation excluded);
     ``warmup_steps`` steps on a copy of the model run first (see
-    :func:`warm_up`). ``progress`` shows a tqdm bar on stderr; by default it is
-    on except in the ``ci`` profile, so committed notebook outputs stay clean.
+    :func:`warm_up`). ``progress`` shows a bar on a terminal (see
+    :func:`progress_bar`), never in a notebook.
     """
     check_training(epochs, lr, train_iter, test_iter)
     profile = get_profile(profile)
     device = torch.device(device) if device is not None else model_device(net)
-    precision = profile.precision if precision is None else precision
-    channels_last = profile.channels_last if channels_last is None else channels_last
-    mode = MathMode(precision, device, channels_last)
+    mode = MathMode(profile.precision if precision is None else precision, device,
+                    profile.channels_last if channels_last is None else channels_last)
     net.to(device)
-    if channels_last:
+    if mode.channels_last:
         net.to(memory_format=torch.channels_last)
-    step = step_for(mode)
-    loss_fn = nn.CrossEntropyLoss()
-    optimizer = torch.optim.SGD(net.parameters(), lr=lr)
+    optimizer = torch.optim.SGD(net.parameters(), lr=lr if lr_schedule is None else lr_schedule(0))
     if warmup_steps:
         X, y = next(iter(train_iter))
         warm_up(net, X.to(device), y.to(device), lr, warmup_steps)
-    show_bar = profile.name != "ci" if progress is None else progress
-    bar = None
-    if show_bar:
-        from tqdm import tqdm
-
-        bar = tqdm(
-            total=epochs * len(train_iter),
-            desc=f"{method}, {n_devices} device(s)",
-            leave=False,
-        )
-    records, label = [], hardware_label()
-    try:
+    record = partial(Record, method=method, n_devices=n_devices, hardware=hardware_label(),
+                     profile=profile.name, model=model_name, dataset=dataset, precision=str(mode))
+    records, steps = [], len(train_iter)
+    with progress_bar(epochs * steps, f"{method}, {n_devices} device(s)", progress) as bar:
         for epoch in range(1, epochs + 1):
+
+            def on_step(k: int, *_, first=(epoch - 1) * steps) -> None:
+                bar.update(1)
+                if lr_schedule is not None:  # the rate of the next step
+                    set_lr(optimizer, lr_schedule(first + k))
+
             with Timer(device) as t:
-                train_loss, n = train_epoch(
-                    net, train_iter, loss_fn, optimizer, device, bar, step
+                loss, n = train_epoch(
+                    net, train_iter, nn.CrossEntropyLoss(), optimizer, device, on_step, step_for(mode)
                 )
-            test_acc = evaluate_accuracy(net, test_iter, device)
-            records.append(
-                Record(
-                    method=method,
-                    n_devices=n_devices,
-                    epoch=epoch,
-                    test_acc=test_acc,
-                    sec_per_epoch=t.seconds,
-                    samples_per_sec=n / t.seconds,
-                    train_loss=train_loss,
-                    hardware=label,
-                    profile=profile.name,
-                    model=model_name,
-                    dataset=dataset,
-                    precision=str(mode),
-                )
-            )
-    finally:
-        if bar is not None:
-            bar.close()
+            acc = evaluate_accuracy(net, test_iter, device)
+            records.append(record(epoch=epoch, test_acc=acc, sec_per_epoch=t.seconds,
+                                  samples_per_sec=n / t.seconds, train_loss=loss))
     return records
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Every parameter group of ``optimizer`` steps with ``lr`` from now on."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
 
 
 def check_lr(lr: float) -> float:

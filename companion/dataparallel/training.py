@@ -62,6 +62,8 @@ def train(
     dataset: str = "",
     warmup_steps: int = 3,
     verbose: bool = True,
+    precision: str | None = None,
+    channels_last: bool | None = None,
 ) -> list[Record]:
     """d2l's concise multi-GPU training: :func:`wrap` ``net``, train as on one device.
 
@@ -69,7 +71,8 @@ def train(
     is the mean over the gathered output, so uneven chunks need no weighting.
     Evaluation runs through the wrapper too. The epoch timer synchronises
     ``devices[0]``, which waits for the other devices: every step ends with
-    their gradients summed on ``devices[0]``.
+    their gradients summed on ``devices[0]``. ``precision`` and
+    ``channels_last`` go to chapter 1's ``train`` (the profile's by default).
     """
     devices = as_devices(devices)
     net.to(devices[0])
@@ -87,4 +90,6 @@ def train(
         model_name=model_name,
         dataset=dataset,
         warmup_steps=warmup_steps,
+        precision=precision,
+        channels_last=channels_last,
     )

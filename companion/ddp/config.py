@@ -9,25 +9,12 @@ from dataclasses import dataclass, replace
 
 from ..core.batches import check_batch_size, rank_batch_size
 from ..core.checks import check_choice, check_int
+from ..core.lr import linear_lr
 from ..core.models import MODELS
 from ..core.profiles import get_profile
 from ..core.training import check_lr
 
-__all__ = ["linear_lr", "DDPConfig"]
-
-
-def linear_lr(lr: float, world_size: int) -> float:
-    """The linear scaling rule: ``lr * world_size``.
-
-    Use it when each rank keeps its per-rank batch as the world grows: the
-    global batch is then ``world_size`` times larger, each step averages
-    ``world_size`` times more samples, and a proportionally larger step keeps
-    the progress per sample about the same (Goyal et al., 2017; large
-    factors need a warm-up, chapter 7). With a fixed global batch, keep ``lr``.
-    """
-    check_lr(lr)
-    check_int(world_size, "world_size")
-    return lr * world_size
+__all__ = ["linear_lr", "DDPConfig"]  # linear_lr: chapter 5 shows core.lr's rule here
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,11 @@ adds, passed in as a function, never copied:
   ``DistributedSampler`` share and loader, the seeded model (warmed up on a
   copy), the precision (:class:`~companion.core.precision.MathMode`), the
   wrapped model and the optimizer;
-* :func:`run_epoch` is one pass over the rank's share, with any ``step``
-  (chapter 1's ``train_step`` or one with its arguments), ``max_steps`` and
-  an ``on_step(step, loss, samples)`` hook; the loss sum stays on the device;
-* :func:`train_epochs` runs the epochs: a fresh shuffle each, a timed
-  pass, a distributed evaluation and one :class:`Record` built by
-  :func:`epoch_record`, and an ``on_epoch`` hook.
+* :func:`train_epochs` runs the epochs: a fresh shuffle each, a timed pass
+  of chapter 1's ``train_epoch`` over the rank's share (any ``step``,
+  ``max_steps``, an ``on_step(step, loss, samples)`` hook; the loss sum
+  stays on the device), a distributed evaluation, one :class:`Record`
+  built by :func:`epoch_record`, and an ``on_epoch`` hook.
 
 The extension points are the arguments of :func:`setup_rank`. ``wrap``
 turns the seeded model into the data-parallel one: torch's DDP (chapter 5,
@@ -42,13 +41,13 @@ from ..core.devices import hardware_label, model_device
 from ..core.models import get_model
 from ..core.precision import MathMode
 from ..core.results import Record
-from ..core.training import Timer, set_seed, step_for, train_step, warm_up
+from ..core.training import Timer, set_seed, step_for, train_epoch, train_step, warm_up
 from ..runtime.group import ddp_device_ids, rank_device
 from .config import DDPConfig
 from .sampling import SampledLoader, evaluate_distributed
 from .unused import check_unused_parameters
 
-__all__ = ["Rank", "sgd", "wrap_ddp", "setup_rank", "run_epoch", "epoch_record", "train_epochs"]
+__all__ = ["Rank", "sgd", "wrap_ddp", "setup_rank", "epoch_record", "train_epochs"]
 
 OnStep = Callable[[int, torch.Tensor, int], None]  # (global step, loss sum, samples) on this rank
 
@@ -113,36 +112,6 @@ def setup_rank(
     return Rank(cfg, method, device, sampler, train_iter, net, mode, optimizer, make_step(mode))
 
 
-def run_epoch(
-    net: nn.Module,
-    train_iter: Iterable,
-    loss_fn: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    max_steps: int | None = None,
-    step: Callable = train_step,
-    on_step: OnStep | None = None,
-    first_step: int = 0,
-) -> tuple[torch.Tensor, int]:
-    """One pass of this rank over its share: ``([loss sum, samples], steps)``.
-
-    The sums stay on the device (no synchronisation per step); ``max_steps``
-    ends the pass early; ``on_step(first_step + k, loss * batch, batch)`` runs
-    after step ``k`` (1, 2, ...), with this rank's loss sum still on the device.
-    """
-    device = model_device(net)
-    totals, steps = torch.zeros(2, dtype=torch.float64, device=device), 0
-    for X, y in train_iter:
-        loss = step(net, X, y, loss_fn, optimizer) * len(y)
-        totals[0] += loss
-        totals[1] += len(y)
-        steps += 1
-        if on_step is not None:
-            on_step(first_step + steps, loss, len(y))
-        if steps == max_steps:
-            break
-    return totals, steps
-
-
 def epoch_record(
     run: Rank, data: Data, epoch: int, totals: torch.Tensor, seconds: float, test_acc: float
 ) -> Record:
@@ -184,13 +153,21 @@ def train_epochs(
         if epoch > first_epoch:  # the first: as set up (chapter 8 may resume mid-epoch)
             run.sampler.set_epoch(epoch)  # a new shuffle, the same on all ranks
         dist.barrier()
-        before = run.steps
+        before, done = run.steps, 0
         left = None if run.cfg.max_steps is None else run.cfg.max_steps - before
+
+        def counted(k: int, loss: torch.Tensor, samples: int) -> None:
+            nonlocal done
+            done = k
+            if on_step is not None:
+                on_step(before + k, loss, samples)
+
         with Timer(run.device) as timer:
-            totals, done = run_epoch(
-                run.net, run.train_iter, loss_fn, run.optimizer, left, run.step, on_step, before
+            loss, samples = train_epoch(
+                run.net, run.train_iter, loss_fn, run.optimizer, run.device, counted, run.step, left
             )
-        run.steps, samples = before + done, int(totals[1])
+        run.steps = before + done
+        totals = torch.tensor([loss * samples, samples], dtype=torch.float64, device=run.device)
         dist.all_reduce(totals)  # loss sum and samples, over all ranks
         test_acc = evaluate_distributed(unwrap(run.net), data.test, run.device)
         record = epoch_record(run, data, epoch + 1, totals, timer.seconds, test_acc)

@@ -25,8 +25,9 @@ from torch.utils.data.distributed import DistributedSampler
 from ..core.checks import check_data
 from ..core.data import Data, ImageSet
 from ..core.models import get_model
-from ..core.training import evaluate_accuracy, set_seed, train_step
-from ..runtime.group import rank_device
+from ..core.precision import check_fp32
+from ..core.training import evaluate_accuracy, set_seed, train_epoch
+from ..runtime.group import ddp_device_ids, rank_device
 from .detectors import MistakeDetected, RankTrace, check_logits, diagnose, fingerprint
 from .sampling import SampledLoader, count_correct, evaluate_distributed
 
@@ -34,6 +35,7 @@ __all__ = [
     "MISTAKES",
     "MistakeRun",
     "train_with_mistake",
+    "data_parallel_on",
     "detect",
     "evaluate_three_ways",
 ]
@@ -65,22 +67,26 @@ def train_with_mistake(
     global_batch: int = 64,
     lr: float = 0.1,
     seed: int = 0,
+    precision: str = "fp32",
 ) -> MistakeRun:
-    """Worker: LeNet trained for ``epochs`` with ``mistake`` (a key of MISTAKES)."""
+    """Worker: LeNet trained for ``epochs`` with ``mistake`` (a key of MISTAKES), in fp32.
+
+    Each epoch is one pass of chapter 1's ``train_epoch``.
+    """
     check_data(data)
     if mistake not in MISTAKES:
         raise ValueError(f"unknown mistake {mistake!r}; choose from {list(MISTAKES)}")
+    check_fp32(precision, "train_with_mistake")
     device = rank_device()
     set_seed(seed)  # the Kubernetes tutorial seeds every rank alike
     net = get_model("lenet")
     if mistake == "softmax":
         net = nn.Sequential(net, nn.Softmax(dim=1))  # probabilities, not logits
     net = net.to(device)
-    ids = [device] if device.type == "cuda" else None
     if mistake == "dataparallel":
-        net = nn.DataParallel(net, device_ids=ids)  # one process, one device: no-op
+        net = data_parallel_on(net, device)  # one process, one device: no-op
     else:
-        net = DDP(net, device_ids=ids)
+        net = DDP(net, device_ids=ddp_device_ids(device))
     if mistake == "no-sampler":  # DataLoader(shuffle=True) after the same seed
         generator = torch.Generator().manual_seed(seed)
         sampler = RandomSampler(data.train, generator=generator)
@@ -92,14 +98,26 @@ def train_with_mistake(
     for epoch in range(epochs):
         if mistake != "no-set-epoch" and isinstance(sampler, DistributedSampler):
             sampler.set_epoch(epoch)
-        total = torch.zeros((), device=device)
-        for X, y in train_iter:
-            total += train_step(net, X, y, loss_fn, optimizer) * len(y)
+        losses.append(train_epoch(net, train_iter, loss_fn, optimizer, device)[0])
         orders.append(train_iter.indices)
-        losses.append(float(total) / len(train_iter.indices))
     with torch.no_grad():
         outputs = net(data.test.tensors(device)[0][:8]).cpu()
     return MistakeRun(RankTrace(fingerprint(net), orders), outputs, losses)
+
+
+def data_parallel_on(net: nn.Module, device: torch.device) -> nn.DataParallel:
+    """``nn.DataParallel(net)`` for a rank computing on ``device``, which keeps it there.
+
+    On a GPU rank: ``device_ids=[device]``. On a CPU rank the wrapper passes
+    calls through, as torch's does on a machine without a GPU; torch's own
+    constructor would move ``net`` to ``cuda:0`` whenever a GPU is present.
+    """
+    if device.type == "cuda":
+        return nn.DataParallel(net, device_ids=[device])
+    wrapper = nn.DataParallel.__new__(nn.DataParallel)
+    nn.Module.__init__(wrapper)
+    wrapper.module, wrapper.device_ids = net, []  # DataParallel.forward: module(*inputs)
+    return wrapper
 
 
 def detect(runs: Sequence[MistakeRun], n: int) -> list[str]:

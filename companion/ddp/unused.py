@@ -20,6 +20,8 @@ import copy
 import torch
 from torch import nn
 
+from ..core.devices import gpu_indices
+
 __all__ = ["UnusedParameters", "unused_parameters", "check_unused_parameters"]
 
 
@@ -40,8 +42,7 @@ def unused_parameters(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> list[
         raise ValueError(
             f"X and y must hold the same number of samples, got {len(X)} and {len(y)}"
         )
-    devices = [X.device.index or 0] if X.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
+    with torch.random.fork_rng(devices=gpu_indices([X.device])):
         shadow = copy.deepcopy(net)
         shadow.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(shadow(X), y).backward()

@@ -32,7 +32,6 @@ overlap with backward.)
 
 from __future__ import annotations
 
-import time
 from functools import partial
 from collections.abc import Sequence
 
@@ -43,9 +42,9 @@ from torch import nn
 from ..core.checks import check_positive
 from ..runtime.agree import check_ranks_agree
 from .hooks import unused_error
-from .naive import NaiveDDP, trainable_parameters
+from .naive import NaiveDDP, sample_weight, trainable_parameters
 
-__all__ = ["assign_buckets", "Bucket", "BucketedDDP"]
+__all__ = ["assign_buckets", "Bucket", "BucketedDDP", "fill_unused"]
 
 
 def assign_buckets(params: Sequence[torch.Tensor], bucket_cap_mb: float) -> list[list[int]]:
@@ -95,18 +94,10 @@ class Bucket:
 class BucketedDDP(NaiveDDP):
     """Gradients copied into buckets; one async all-reduce per complete bucket."""
 
-    def __init__(
-        self,
-        module: nn.Module,
-        bucket_cap_mb: float = 25.0,
-        weigh_by_samples: bool = False,
-        find_unused_parameters: bool = False,
-        finish_in_backward: bool = True,
-    ):
+    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, *, weigh_by_samples=False,
+                 find_unused_parameters=False, finish_in_backward=True):
         super().__init__(module, weigh_by_samples, finish_in_backward)
-        named = trainable_parameters(module)
-        if not named:
-            raise ValueError("the module has no trainable parameters: nothing to all-reduce")
+        named = _check_trainable(trainable_parameters(module))
         groups = assign_buckets([p for _, p in named], bucket_cap_mb)
         self.buckets = [Bucket([named[i] for i in group]) for group in groups]
         self.find_unused_parameters = bool(find_unused_parameters)
@@ -117,14 +108,13 @@ class BucketedDDP(NaiveDDP):
                 p.register_post_accumulate_grad_hook(partial(self._hook, b, name, slot))
 
     def _prepare(self) -> None:
-        self._scale, self._next = self._weight(), 0
+        self._scale, self._next = sample_weight(self), 0
         for b in self.buckets:
             b.ready, b.work = set(), None
 
     def _hook(self, bucket: Bucket, name: str, slot: torch.Tensor, p: torch.Tensor) -> None:
         if not self._sync:  # inside no_sync(): the gradient stays local
             return
-        self._record(f"{name} ready", time.perf_counter(), time.perf_counter())
         torch.mul(p.grad.reshape(-1), self._scale, out=slot)  # copy in, scaled
         bucket.ready.add(name)
         self._launch_ready()
@@ -132,9 +122,8 @@ class BucketedDDP(NaiveDDP):
     def _launch_ready(self) -> None:
         """Start every complete bucket whose predecessors have all started."""
         while self._next < len(self.buckets) and self.buckets[self._next].complete:
-            b, start = self.buckets[self._next], time.perf_counter()
+            b = self.buckets[self._next]
             b.work = dist.all_reduce(b.buffer, async_op=True)
-            self._record_work(f"bucket {self._next}", b.work, start)
             self._next += 1
             self.allreduces += 1
 
@@ -143,32 +132,45 @@ class BucketedDDP(NaiveDDP):
         if not self._pending:
             return
         self._pending, self._samples = False, 0
-        missing = [(b, n) for b in self.buckets for n in b.names if n not in b.ready]
-        if missing and not self.find_unused_parameters:
-            for b in self.buckets[: self._next]:
-                b.work.wait()  # leave no collective half done, then say why
-            raise unused_error([n for _, n in missing], "BucketedDDP")
-        for b, name in missing:
-            b.slots[b.names.index(name)].zero_()  # no gradient here: zeros in the sum
-            b.ready.add(name)
-        self._launch_ready()
-        used = self._globally_used(missing) if self.find_unused_parameters else None
+        used = fill_unused(self)  # every bucket has started now
         for b in self.buckets:
             b.work.wait()
             for name, p, slot in zip(b.names, b.params, b.slots):
-                if used is not None and not used[name]:
-                    continue  # no rank used it: .grad stays as it was (None)
-                if p.grad is None:
-                    p.grad = slot.view_as(p).clone()
-                else:
+                if p.grad is not None:
                     p.grad.copy_(slot.view_as(p))
+                elif used[name]:  # no rank used it: .grad stays None
+                    p.grad = slot.view_as(p).clone()
 
-    def _globally_used(self, missing: list[tuple[Bucket, str]]) -> dict[str, bool]:
-        """For each parameter: did any rank's forward use it? One small all-reduce."""
-        names = [n for b in self.buckets for n in b.names]
-        unused_here = {n for _, n in missing}
-        flags = torch.tensor(
-            [0.0 if n in unused_here else 1.0 for n in names], device=self.buckets[0].buffer.device
-        )
-        dist.all_reduce(flags)
-        return {n: bool(f > 0) for n, f in zip(names, flags.tolist())}
+
+def fill_unused(net: BucketedDDP) -> dict[str, bool]:
+    """At the end of backward: zeros for each parameter without a gradient, or an error.
+
+    Without ``find_unused_parameters`` a missing gradient raises (after
+    waiting for the buckets already started, so no collective is left half
+    done). With it, the parameter's slot holds zeros, the remaining buckets
+    start, and one small all-reduce of one flag per parameter tells which
+    parameters *no* rank used. Returns ``{name: used by some rank}``.
+    """
+    missing = [(b, n) for b in net.buckets for n in b.names if n not in b.ready]
+    names = [n for b in net.buckets for n in b.names]
+    if missing and not net.find_unused_parameters:
+        for b in net.buckets[: net._next]:
+            b.work.wait()
+        raise unused_error([n for _, n in missing], "BucketedDDP")
+    for b, name in missing:
+        b.slots[b.names.index(name)].zero_()  # no gradient here: zeros in the sum
+        b.ready.add(name)
+    net._launch_ready()
+    if not net.find_unused_parameters:
+        return dict.fromkeys(names, True)
+    unused_here = {n for _, n in missing}
+    flags = torch.tensor([0.0 if n in unused_here else 1.0 for n in names],
+                         device=net.buckets[0].buffer.device)
+    dist.all_reduce(flags)
+    return {n: bool(f > 0) for n, f in zip(names, flags.tolist())}
+
+
+def _check_trainable(named: list) -> list:
+    if not named:
+        raise ValueError("the module has no trainable parameters: nothing to all-reduce")
+    return named

@@ -23,7 +23,6 @@ gradient and no all-reduce: :meth:`HookedDDP.finish` raises
 
 from __future__ import annotations
 
-import time
 from functools import partial
 
 import torch
@@ -31,7 +30,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..ddp.unused import UnusedParameters
-from .naive import NaiveDDP, trainable_parameters
+from .naive import NaiveDDP, sample_weight, trainable_parameters
 
 __all__ = ["HookedDDP", "unused_error"]
 
@@ -49,17 +48,14 @@ class HookedDDP(NaiveDDP):
             p.register_post_accumulate_grad_hook(partial(self._hook, name))
 
     def _prepare(self) -> None:
-        self._scale = self._weight()  # 1 / world size, or this rank's share of samples
+        self._scale = sample_weight(self)  # 1 / world size, or this rank's share of samples
         self._works, self._ready = [], set()
 
     def _hook(self, name: str, p: torch.Tensor) -> None:
         if not self._sync:  # inside no_sync(): the gradient stays local
             return
-        self._record(f"{name} ready", time.perf_counter(), time.perf_counter())
         p.grad.mul_(self._scale)
-        start = time.perf_counter()
         work = dist.all_reduce(p.grad, async_op=True)  # returns at once
-        self._record_work(name, work, start)
         self._works.append(work)
         self._ready.add(name)
         self.allreduces += 1

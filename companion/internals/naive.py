@@ -36,7 +36,6 @@ Two things are shared by every step:
 
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 from collections.abc import Iterator
 
@@ -49,7 +48,13 @@ from ..collectives.partition import average_gradients
 from ..core.checks import check_module
 from ..runtime.agree import check_ranks_agree
 
-__all__ = ["broadcast_state", "trainable_parameters", "NaiveDDP", "can_finish_in_backward"]
+__all__ = [
+    "broadcast_state",
+    "trainable_parameters",
+    "NaiveDDP",
+    "sample_weight",
+    "can_finish_in_backward",
+]
 
 
 def can_finish_in_backward() -> bool:
@@ -86,15 +91,11 @@ class NaiveDDP(nn.Module):
         self, module: nn.Module, weigh_by_samples: bool = False, finish_in_backward: bool = True
     ):
         super().__init__()
-        check_module(module, "module")
-        _check_group(type(self).__name__)
-        self.module = module
-        self.weigh_by_samples = bool(weigh_by_samples)
-        self.allreduces = 0
+        _check(module, type(self).__name__)
+        self.module, self.weigh_by_samples, self.allreduces = module, bool(weigh_by_samples), 0
         check_ranks_agree(module, {"weigh_by_samples": weigh_by_samples}, type(self).__name__)
-        self.timeline: list[tuple[str, float, float]] | None = None  # see .timeline
-        self._sync_enabled, self._sync, self._samples, self._begun = True, True, 0, False
-        self._pending = self._queued = False
+        self._sync_enabled = self._sync = True
+        self._samples, self._pending, self._queued, self._begun = 0, False, False, False
         broadcast_state(module)
         if finish_in_backward and can_finish_in_backward():
             for _, p in trainable_parameters(module):
@@ -129,36 +130,33 @@ class NaiveDDP(nn.Module):
             return
         self._pending = False
         n_local = self._samples if self.weigh_by_samples else None
-        start = time.perf_counter()
         average_gradients(self.module, "dist.all_reduce", n_local=n_local)
-        self._record("average_gradients", start, time.perf_counter())
         self.allreduces += sum(1 for p in self.module.parameters() if p.grad is not None)
         self._samples = 0
-
-    def _record(self, label: str, start: float, end: float) -> None:
-        """With a ``timeline`` list: note that ``label`` ran from ``start`` to ``end``."""
-        if self.timeline is not None:
-            self.timeline.append((label, start, end))
-
-    def _record_work(self, label: str, work, start: float) -> None:
-        """Note an async all-reduce: its end is when its future completes."""
-        if self.timeline is not None:
-            work.get_future().then(lambda _: self._record(label, start, time.perf_counter()))
 
     def _prepare(self) -> None:
         """Called by a synchronised forward pass; the later steps set up their hooks' state."""
 
-    def _weight(self) -> float:
-        """What this rank's gradients are multiplied by before the sum over ranks."""
-        if not self.weigh_by_samples:
-            return 1.0 / dist.get_world_size()
-        device = next(self.module.parameters()).device  # nccl reduces GPU tensors only
-        total = torch.tensor([float(self._samples)], dtype=torch.float64, device=device)
-        dist.all_reduce(total)
-        return self._samples / float(total)
 
 
-def _check_group(name: str) -> None:
+def sample_weight(net: NaiveDDP) -> float:
+    """What a rank's gradients are multiplied by before the sum over the ranks.
+
+    ``1 / world size``, as in torch's DDP; with ``weigh_by_samples``, this
+    rank's share of the samples since the last synchronised step (one
+    one-number all-reduce), so that the sum is the gradient of the mean loss
+    over the global batch.
+    """
+    if not net.weigh_by_samples:
+        return 1.0 / dist.get_world_size()
+    device = next(net.module.parameters()).device  # nccl reduces GPU tensors only
+    total = torch.tensor([float(net._samples)], dtype=torch.float64, device=device)
+    dist.all_reduce(total)
+    return net._samples / float(total)
+
+
+def _check(module: nn.Module, name: str) -> None:
+    check_module(module, "module")
     if not dist.is_initialized():
         raise RuntimeError(
             f"{name} needs a process group: create it inside a worker started by "

@@ -2,9 +2,9 @@
 
 Used in: chapter 6.
 
-With ``net.timeline = []`` the chapter's wrappers note each gradient that
-became ready and each all-reduce, from its launch to the moment its future
-completed. :func:`record_step` runs one training step so, after a few
+:func:`recording` notes, from outside the chapter's wrappers, each gradient
+that became ready and each all-reduce, from its launch to the moment its
+future completed. :func:`record_step` runs one training step so, after a few
 untimed ones, and adds the phases of the step (forward, backward, waiting in
 ``finish()``, the optimizer). :func:`plot_timeline` draws one panel per
 variant: compute above, communication below. Overlap is an all-reduce bar
@@ -15,6 +15,9 @@ device is synchronised around each phase.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from functools import partial
 from typing import Sequence
 
 import torch
@@ -26,9 +29,10 @@ from ..core.devices import synchronize
 from ..core.training import set_seed
 from ..runtime.group import rank_device
 from .sweep import get_bench_model
+from .naive import NaiveDDP, trainable_parameters
 from .training import wrap
 
-__all__ = ["Event", "record_step", "overlap", "plot_timeline"]
+__all__ = ["Event", "record_step", "recording", "overlap", "plot_timeline"]
 
 Event = tuple[str, float, float]  # (label, start, end) in seconds from the step's start
 PHASES = ("forward", "backward", "finish", "optimizer")
@@ -54,19 +58,57 @@ def record_step(
     X = torch.randn(batch, 1, 28, 28, device=device)
     y = torch.randint(0, 10, (batch,), device=device)
     for record in [False] * warmup + [True]:
-        net.timeline = [] if record else None
+        events: list[Event] = []
         dist.barrier()
-        marks = [time.perf_counter()]
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(net(X), y)
-        for phase in (loss.backward, net.finish, opt.step, lambda: None):
-            synchronize(device)
-            marks.append(time.perf_counter())
-            phase()
+        with recording(net, events) if record else nullcontext():
+            marks = [time.perf_counter()]
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(net(X), y)
+            for phase in (loss.backward, net.finish, opt.step, lambda: None):
+                synchronize(device)
+                marks.append(time.perf_counter())
+                phase()
     dist.barrier()  # the futures' callbacks have run by now
-    t0, events = marks[0], net.timeline
+    t0 = marks[0]
     events += [(name, marks[i], marks[i + 1]) for i, name in enumerate(PHASES)]
+    if variant == "NaiveDDP":  # its one blocking average_gradients call is the finish phase
+        events.append(("average_gradients", marks[2], marks[3]))
     return sorted((label, s - t0, e - t0) for label, s, e in events)
+
+
+@contextmanager
+def recording(net: NaiveDDP, events: list[Event]) -> Iterator[None]:
+    """Note each gradient that becomes ready and each async all-reduce, from launch to done.
+
+    Instrumentation from outside the wrapper: one more gradient hook per
+    parameter (it runs right after the wrapper's; none for ``NaiveDDP``) and, while the block runs,
+    a ``dist.all_reduce`` that notes when each asynchronous call started and
+    when its future completed, labelled by the tensor it reduces.
+    """
+    labels = {id(b.buffer): f"bucket {i}" for i, b in enumerate(getattr(net, "buckets", []))}
+    params = trainable_parameters(net.module)
+    all_reduce = dist.all_reduce
+
+    def timed(tensor, *args, **kwargs):
+        start, work = time.perf_counter(), all_reduce(tensor, *args, **kwargs)
+        label = labels.get(id(tensor)) or next((n for n, p in params if p.grad is tensor), None)
+        if work is not None and label is not None:
+            work.get_future().then(lambda _: events.append((label, start, time.perf_counter())))
+        return work
+
+    def ready(name: str, p) -> None:
+        now = time.perf_counter()
+        events.append((f"{name} ready", now, now))
+
+    acts = type(net) is not NaiveDDP  # NaiveDDP acts on no single gradient: no ticks
+    handles = [p.register_post_accumulate_grad_hook(partial(ready, n)) for n, p in params if acts]
+    dist.all_reduce = timed
+    try:
+        yield
+    finally:
+        dist.all_reduce = all_reduce
+        for handle in handles:
+            handle.remove()
 
 
 def overlap(events: Sequence[Event]) -> tuple[float, float]:

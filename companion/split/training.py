@@ -6,12 +6,14 @@ Used in: chapter 2.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Callable, Sequence
 
 import torch
 from torch import nn
 
-from ..core.devices import hardware_label, synchronize_all
+from ..core.devices import gpu_indices, hardware_label, synchronize_all
+from ..core.precision import check_fp32
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
 from ..core.training import check_training, evaluate_accuracy
@@ -34,51 +36,45 @@ def train(
     model_name: str = "",
     dataset: str = "",
     warmup_steps: int = 3,
+    precision: str | None = None,
+    lr_schedule: Callable[[int], float] | None = None,
 ) -> list[Record]:
     """Train ``net`` with ``step`` on ``devices``; one :class:`Record` per epoch.
 
     ``step`` is :func:`train_batch` or ``companion.split.fused.train_batch_foreach``.
     Each epoch is timed whole with every device synchronised (evaluation, on
     replica 0, excluded), after ``warmup_steps`` steps on throw-away replicas.
-    At the end ``net`` holds replica 0's parameters and buffers.
+    ``lr_schedule(step)`` is the rate of step ``step`` (0, 1, ...) if given.
+    The split steps compute in fp32 only: ``precision`` (default: the
+    profile's) must be ``fp32``. At the end ``net`` holds replica 0's
+    parameters and buffers.
     """
     check_training(epochs, lr, train_iter, test_iter)
     profile = get_profile(profile)
+    precision = check_fp32(profile.precision if precision is None else precision, "split.train")
     devices = [torch.device(d) for d in devices]
     net.train()
     if warmup_steps:
         X, y = next(iter(train_iter))
-        gpus = [d.index or 0 for d in devices if d.type == "cuda"]
-        with torch.random.fork_rng(devices=gpus):
+        with torch.random.fork_rng(devices=gpu_indices(devices)):
             shadows = copy_replicas(net, devices)
             for _ in range(warmup_steps):
                 step(X, y, shadows, devices, lr)
-    replicas = copy_replicas(net, devices)
-    records, label = [], hardware_label()
+    replicas, rate = copy_replicas(net, devices), lr_schedule or (lambda k: lr)
+    record = partial(Record, method=method, n_devices=len(devices), hardware=hardware_label(),
+                     profile=profile.name, model=model_name, dataset=dataset, precision=precision)
+    records, k = [], 0
     for epoch in range(1, epochs + 1):
         loss_sum, n = torch.zeros((), device=devices[0]), 0
         synchronize_all(devices)
         start = time.perf_counter()
         for X, y in train_iter:
-            loss_sum += step(X, y, replicas, devices, lr) * len(y)
-            n += len(y)
+            loss_sum += step(X, y, replicas, devices, rate(k)) * len(y)
+            n, k = n + len(y), k + 1
         synchronize_all(devices)
         seconds = time.perf_counter() - start
         test_acc = evaluate_accuracy(replicas[0], test_iter, devices[0])
-        records.append(
-            Record(
-                method=method,
-                n_devices=len(devices),
-                epoch=epoch,
-                test_acc=test_acc,
-                sec_per_epoch=seconds,
-                samples_per_sec=n / seconds,
-                train_loss=float(loss_sum) / n,
-                hardware=label,
-                profile=profile.name,
-                model=model_name,
-                dataset=dataset,
-            )
-        )
+        records.append(record(epoch=epoch, test_acc=test_acc, sec_per_epoch=seconds,
+                              samples_per_sec=n / seconds, train_loss=float(loss_sum) / n))
     net.load_state_dict(replicas[0].state_dict())
     return records

@@ -9,7 +9,6 @@ from . import (
     methods,
     plots,
     projection,
-    schedule,
 )
 from .analysis import *  # noqa: F401,F403
 from .breakeven import *  # noqa: F401,F403
@@ -19,12 +18,15 @@ from .driver import *  # noqa: F401,F403
 from .methods import *  # noqa: F401,F403
 from .plots import *  # noqa: F401,F403
 from .projection import *  # noqa: F401,F403
-from .schedule import *  # noqa: F401,F403
+from ..core.lr import LR_RULES, lr_schedule, scaled_lr, warmup_lr  # noqa: F401 (chapter 7's rules)
 
 __all__ = list(
     dict.fromkeys(
         [
-            *schedule.__all__,
+            "LR_RULES",
+            "lr_schedule",
+            "scaled_lr",
+            "warmup_lr",
             *methods.__all__,
             *driver.__all__,
             *analysis.__all__,

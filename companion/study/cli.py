@@ -25,7 +25,7 @@ from .analysis import aggregate, table
 from .driver import SCALING, load_study, plan, run_study, save_study, subset
 from .methods import METHODS
 from .plots import plot_speedup, plot_study
-from .schedule import LR_RULES
+from ..core.lr import LR_RULES
 
 __all__ = ["main", "parse_args"]
 

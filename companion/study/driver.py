@@ -10,7 +10,7 @@ seed, the global batch and learning rate that the scaling mode gives.
   device (same steps, same lr); only the time may change.
 * ``weak`` scaling keeps the per-device batch: the global batch is ``k x
   batch``, there are ``k`` times fewer steps per epoch, and the learning rate
-  follows ``lr_rule`` (:data:`~companion.study.schedule.LR_RULES`).
+  follows ``lr_rule`` (:data:`~companion.core.lr.LR_RULES`).
 
 :func:`run_study` trains every run from a fresh model and returns one
 :class:`StudyRecord` per run and epoch; :func:`save_study` writes them to a
@@ -37,7 +37,7 @@ from ..core.devices import hardware_label
 from ..core.files import atomic_write
 from ..core.results import Record
 from .methods import METHODS, RunSpec, run_method
-from .schedule import LR_RULES, scaled_lr
+from ..core.lr import LR_RULES, scaled_lr
 
 __all__ = ["SCALING", "StudyRecord", "load_study", "plan", "run_study", "save_study", "subset"]
 

@@ -3,7 +3,7 @@
 Used in: chapter 7.
 
 Every runner takes a :class:`RunSpec` (data, model, device count, global
-batch, learning rate, epochs, seed) and returns the run's
+batch, learning rate, epochs, seed, precision) and returns the run's
 :class:`~companion.core.results.Record` list, one per epoch. Each run builds
 a freshly initialised model from ``seed``: no run inherits a model, its
 BatchNorm statistics or its optimizer from the one before (seed 002's
@@ -31,9 +31,10 @@ from ..dataparallel.training import train as train_dataparallel
 from ..ddp.training import ddp_worker
 from ..internals.training import internals_worker
 from ..runtime.launcher import launch
-from ..split.naive import train_batch
+from ..core.lr import LR_RULES, lr_schedule
+from ..core.precision import PRECISIONS
+from ..core.training import train as train_one_device
 from ..split.training import train as train_split
-from .schedule import LR_RULES, lr_schedule, train_scheduled
 
 __all__ = [
     "RunSpec",
@@ -66,6 +67,9 @@ class RunSpec:
     lr_rule: str = "none"
     warmup_epochs: int = 1
     timeout: float = 1800.0  # for runs in worker processes
+    # one precision for every method of a comparison (fp32 in the default layout unless
+    # asked): a method that cannot compute in it refuses instead of running another
+    precision: str = "fp32"
 
     def __post_init__(self):
         check_choice(self.model, "model", MODELS)
@@ -75,6 +79,7 @@ class RunSpec:
         check_int(self.epochs, "epochs")
         check_int(self.seed, "seed", 0)
         check_choice(self.lr_rule, "lr_rule", LR_RULES)
+        check_choice(self.precision, "precision", PRECISIONS)
 
 
 class Method(NamedTuple):
@@ -131,32 +136,24 @@ def _schedule(spec: RunSpec, steps_per_epoch: int) -> Callable[[int], float]:
     )
 
 
-class _ScheduledStep:
-    """Chapter 2's ``train_batch`` with the rate of a schedule (after split's warm-up)."""
-
-    def __init__(self, schedule: Callable[[int], float], skip: int):
-        self.schedule, self.skip, self.calls = schedule, skip, 0
-
-    def __call__(self, X, y, replicas, devices, lr):
-        step = max(0, self.calls - self.skip)  # split.train's warm-up calls come first
-        self.calls += 1
-        return train_batch(X, y, replicas, devices, self.schedule(step))
-
-
 def run_reference(spec: RunSpec) -> list[Record]:
     """One device on the whole global batch: what every method must match."""
     device = try_devices(1, verbose=False)[0]
     net, train_iter, test_iter = _fresh(spec, device)
-    return train_scheduled(
+    return train_one_device(
         net,
         train_iter,
         test_iter,
         epochs=spec.epochs,
-        schedule=_schedule(spec, len(train_iter)),
+        lr=spec.lr,
+        method="1 device, global batch",
         n_devices=spec.n_devices,
         profile=spec.profile,
         model_name=spec.model,
         dataset=spec.data.name,
+        precision=spec.precision,
+        channels_last=False,
+        lr_schedule=_schedule(spec, len(train_iter)),
     )
 
 
@@ -164,7 +161,6 @@ def run_split(spec: RunSpec) -> list[Record]:
     """Chapter 2: one process splits each global batch over ``n_devices`` devices."""
     devices = try_devices(spec.n_devices, verbose=False)
     net, train_iter, test_iter = _fresh(spec, devices[0])
-    step = _ScheduledStep(_schedule(spec, len(train_iter)), skip=3)
     return train_split(
         net,
         train_iter,
@@ -172,11 +168,11 @@ def run_split(spec: RunSpec) -> list[Record]:
         devices,
         epochs=spec.epochs,
         lr=spec.lr,
-        step=step,
         profile=spec.profile,
         model_name=spec.model,
         dataset=spec.data.name,
-        warmup_steps=3,
+        precision=spec.precision,
+        lr_schedule=_schedule(spec, len(train_iter)),
     )
 
 
@@ -192,6 +188,8 @@ def run_processes(worker: Callable, spec: RunSpec) -> list[Record]:
         epochs=spec.epochs,
         lr=spec.lr,
         seed=spec.seed,
+        precision=spec.precision,
+        channels_last=False,
         timeout=spec.timeout,
     )
     return outcomes[0].records
@@ -217,6 +215,8 @@ def run_dataparallel(spec: RunSpec) -> list[Record]:
         model_name=spec.model,
         dataset=spec.data.name,
         verbose=False,
+        precision=spec.precision,
+        channels_last=False,
     )
 
 

@@ -49,3 +49,18 @@ def test_show_dedents_methods():
 def test_show_rejects_objects_without_source():
     with pytest.raises(TypeError, match="needs a function, class, method or module"):
         show(42)
+
+
+def test_a_docstring_that_is_the_whole_body_becomes_an_ellipsis_so_the_listing_parses():
+    code = 'class A:\n    def f(self) -> None:\n        """Only a docstring."""\n\n    def g(self):\n        return 1\n'
+    shown = _without_docstrings(code)
+    assert shown == 'class A:\n    def f(self) -> None:\n        ...\n\n    def g(self):\n        return 1\n'
+    ast.parse(shown)
+
+
+def test_no_shown_body_is_empty():
+    from companion.internals import NaiveDDP
+
+    code = show(NaiveDDP).code
+    ast.parse(code)  # an empty body would be a syntax error
+    assert "def _prepare(self) -> None:\n        ...\n" in code

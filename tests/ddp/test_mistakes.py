@@ -55,3 +55,25 @@ def test_distributed_evaluation_equals_one_process_exactly_and_the_wrong_ones_ar
         check_eval_count(seen[0]["per rank counted"], n)
     # what the ranks would log alone adds up to the padded count's correct predictions
     assert round(sum(s["per rank"] for s in seen) * n) == round(seen[0]["padded"] * (n + padding))
+
+
+def test_a_cpu_rank_s_dataparallel_never_grabs_a_gpu(monkeypatch, device):
+    """On a machine whose one GPU a CPU (gloo) rank does not use, torch's DataParallel would move the
+    model to cuda:0 and return CUDA outputs; the mistake's wrapper keeps a CPU rank's model on the CPU.
+    torch's DataParallel is made to see one GPU (simulated where there is none)."""
+    import sys
+
+    import torch
+
+    from companion.ddp import data_parallel_on
+
+    data_parallel = sys.modules["torch.nn.parallel.data_parallel"]  # the module, not the function
+
+    monkeypatch.setattr(data_parallel, "_get_available_device_type", lambda: "cuda")
+    monkeypatch.setattr(data_parallel, "_get_all_device_indices", lambda: [0])
+    net = torch.nn.Linear(4, 2).to(device)
+    wrapped = data_parallel_on(net, device)
+    assert isinstance(wrapped, torch.nn.DataParallel) and wrapped.module is net
+    assert all(p.device == device for p in wrapped.parameters())
+    out = wrapped(torch.ones(3, 4, device=device))
+    assert out.device == device and out.shape == (3, 2)
