@@ -32,6 +32,7 @@ from torch.nn import functional as F
 from ..core.checks import check_choice, check_int
 from ..core.training import set_seed
 from ..internals.care import TiedFrozenUnused
+from ..runtime.group import rank_device
 from .library import fsdp2
 from .training import full_parameters
 
@@ -80,7 +81,9 @@ def checkpoint_worker(
     check_choice(action, "action", ("save", "load"))
     check_int(steps, "steps", 0)
     set_seed(0 if action == "save" else 1)
-    model, optimizer = fsdp2(TiedFrozenUnused(), torch.optim.Adam, lr=1e-2)
+    device = rank_device()
+    X, y = X.to(device), y.to(device)
+    model, optimizer = fsdp2(TiedFrozenUnused().to(device), torch.optim.Adam, lr=1e-2)
     if action == "save":
         for _ in range(steps):
             _step(model, optimizer, X, y)
