@@ -19,6 +19,8 @@ reports what a test needs.
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -40,10 +42,24 @@ __all__ = ["save_sharded", "load_sharded", "checkpoint_worker"]
 
 
 def save_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str | Path) -> Path:
-    """Every rank writes its shards of model and optimizer into the folder ``path``."""
+    """Every rank writes its shards of model and optimizer into the folder ``path``.
+
+    Atomic as a whole: the ranks write into ``path.partial``, and once all
+    are done rank 0 puts it in place of ``path``, so a crash leaves either
+    the old checkpoint or the new one, never a mix.
+    """
+    path, partial = Path(path), Path(f"{path}.partial")
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path))
-    return Path(path)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(partial))
+    dist.barrier()  # every rank's shards are written
+    if dist.get_rank() == 0:
+        old = Path(f"{path}.old")
+        if path.exists():
+            os.replace(path, old)
+        os.replace(partial, path)
+        shutil.rmtree(old, ignore_errors=True)
+    dist.barrier()
+    return path
 
 
 def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str | Path) -> None:
