@@ -5,8 +5,8 @@ batch: the median step time of ZeRO-3 by hand (without and with prefetch)
 and of FSDP2, the methods taking turns after untimed warm-up steps (a
 step's time is the slowest rank's); and, for every method of
 ``companion.sharding.METHODS``, rank 0's bytes of parameters, gradients and
-Adam state after a step, its peak sampled within the step (after each
-layer's forward and each gradient), and the ZeRO formula. The ratios are printed with the hardware, profile and
+Adam state after a step, its peak sampled within the step (as each layer
+starts and ends its forward, and after each gradient), and the ZeRO formula. The ratios are printed with the hardware, profile and
 precision that produced them. Targets (CPU, 2 processes): ZeRO-3 / FSDP2
 <= 1.25, and ZeRO-3's state within 10% of its formula.
 """
@@ -60,8 +60,6 @@ def report(seen: dict) -> str:
             f"{r['peak'] / 1024:8.1f} | {f['total'] / 1024:8.1f} "
             f"({st['total'] / f['total']:.3f}x)"
         )
-    lines.append("  (FSDP2 holds its gathered parameters outside module.parameters(): its peak "
-                 "is not sampled)")
     z3 = seen["state"]["ZeRO-3"]
     off = abs(z3["state"]["total"] / formula_bytes("ZeRO-3", z3["psi"], n)["total"] - 1)
     lines.append(f"ZeRO-3 measured state vs formula: {off:.1%} off (target <= 10%: "

@@ -19,6 +19,8 @@ reports what a test needs.
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -32,6 +34,7 @@ from torch.nn import functional as F
 from ..core.checks import check_choice, check_int
 from ..core.training import set_seed
 from ..internals.care import TiedFrozenUnused
+from ..runtime.group import rank_device
 from .library import fsdp2
 from .training import full_parameters
 
@@ -39,10 +42,24 @@ __all__ = ["save_sharded", "load_sharded", "checkpoint_worker"]
 
 
 def save_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str | Path) -> Path:
-    """Every rank writes its shards of model and optimizer into the folder ``path``."""
+    """Every rank writes its shards of model and optimizer into the folder ``path``.
+
+    Atomic as a whole: the ranks write into ``path.partial``, and once all
+    are done rank 0 puts it in place of ``path``, so a crash leaves either
+    the old checkpoint or the new one, never a mix.
+    """
+    path, partial = Path(path), Path(f"{path}.partial")
     model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(path))
-    return Path(path)
+    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(partial))
+    dist.barrier()  # every rank's shards are written
+    if dist.get_rank() == 0:
+        old = Path(f"{path}.old")
+        if path.exists():
+            os.replace(path, old)
+        os.replace(partial, path)
+        shutil.rmtree(old, ignore_errors=True)
+    dist.barrier()
+    return path
 
 
 def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str | Path) -> None:
@@ -80,7 +97,9 @@ def checkpoint_worker(
     check_choice(action, "action", ("save", "load"))
     check_int(steps, "steps", 0)
     set_seed(0 if action == "save" else 1)
-    model, optimizer = fsdp2(TiedFrozenUnused(), torch.optim.Adam, lr=1e-2)
+    device = rank_device()
+    X, y = X.to(device), y.to(device)
+    model, optimizer = fsdp2(TiedFrozenUnused().to(device), torch.optim.Adam, lr=1e-2)
     if action == "save":
         for _ in range(steps):
             _step(model, optimizer, X, y)

@@ -8,8 +8,8 @@ initialisation is done), then a second step inside
 :func:`~.ledger.count_bytes`, with :func:`~.memory.measure_state` taken
 within and after it. It returns, per method,
 the collectives of that step, the state after it and its *peak*: the
-largest state sampled after each layer's forward and each gradient's
-accumulation within the step (gathered units and gradients in flight
+largest state sampled as each layer starts and ends its forward and after
+each gradient's accumulation within the step (gathered units and gradients in flight
 included; buffers inside a collective are not seen). :func:`divisible_mlp` is a model whose every layer, and
 their sum, has a size divisible by 1, 2, 3 and 4, so formulas hold exactly.
 """
@@ -84,10 +84,12 @@ def state_worker(
 
 
 def _sample_during_step(net: nn.Module, sample) -> list:
-    """Hooks that call ``sample()`` after each layer's forward and each gradient's
-    accumulation (the state then includes gathered units and gradients in flight)."""
-    hooks = [m.register_forward_hook(lambda *_: sample()) for m in net.modules()
-             if not list(m.children())]
+    """Hooks that call ``sample()`` as each layer starts and ends its forward and after each
+    gradient's accumulation (the state then includes gathered units and gradients in flight;
+    registered after a stage's own hooks, they run after them)."""
+    leaves = [m for m in net.modules() if not list(m.children())]
+    hooks = [m.register_forward_pre_hook(lambda *_: sample()) for m in leaves]
+    hooks += [m.register_forward_hook(lambda *_: sample()) for m in leaves]
     hooks += [p.register_post_accumulate_grad_hook(lambda _: sample())
               for p in net.parameters() if p.requires_grad]
     return hooks

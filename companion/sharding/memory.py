@@ -133,7 +133,7 @@ def plot_memory(measured: dict[int, dict[str, dict]], title: str = ""):
             ax.plot([x - width * 0.45, x + width * 0.45], [formula_bytes(method, r["psi"], n)["total"] / 1024] * 2,
                     color="k", lw=1.5, label="formula" if (k, i) == (0, 0) else None)
             ax.text(x, bottom, f"{n}", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(methods)), methods, fontsize=8)
+    ax.set_xticks(range(len(methods)), methods, fontsize=8, rotation=12)
     ax.set_ylabel("KiB per rank (rank 0)")
     ax.legend(fontsize=8, ncol=4)
     ax.set_title(title + "\n(the number over a bar: world size)", fontsize=9)

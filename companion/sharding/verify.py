@@ -18,6 +18,7 @@ from torch.nn import functional as F
 
 from ..core.training import set_seed
 from ..internals.care import TiedFrozenUnused
+from ..runtime.group import rank_device
 from .training import METHODS, full_parameters, shard
 
 __all__ = ["OPTIMIZERS", "global_batches", "one_process", "compare_worker"]
@@ -55,14 +56,16 @@ def one_process(batches, optimizer: str = "Adam") -> torch.Tensor:
 def compare_worker(
     rank: int, world_size: int, batches, methods=METHODS, optimizers=tuple(OPTIMIZERS)
 ) -> dict[tuple[str, str], torch.Tensor]:
-    """Worker: ``{(method, optimizer): whole parameters after the steps}`` on this rank."""
-    out = {}
+    """Worker: ``{(method, optimizer): whole parameters after the steps}`` on this rank
+    (computed on the rank's device: a GPU under nccl)."""
+    device, out = rank_device(), {}
     for method in methods:
         for optimizer in optimizers:
             cls, hp = OPTIMIZERS[optimizer]
-            model, opt = shard(method, _model(), cls, find_unused_parameters=True,
+            model, opt = shard(method, _model().to(device), cls, find_unused_parameters=True,
                                bucket_cap_mb=0.001, **hp)  # several buckets for ZeRO-2
             for X, y in batches:
+                X, y = X.to(device), y.to(device)
                 X_r, y_r = X.tensor_split(world_size)[rank], y.tensor_split(world_size)[rank]
                 loss = F.cross_entropy(model(X_r), y_r, reduction="sum") * world_size / len(y)
                 loss.backward()

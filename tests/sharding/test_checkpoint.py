@@ -25,6 +25,17 @@ def test_saved_on_n_ranks_loads_on_m(tmp_path, batch, saved_on, loaded_on):
         torch.testing.assert_close(got["at checkpoint"], saved[0]["at checkpoint"], rtol=0, atol=0)
         torch.testing.assert_close(got["one step later"], saved[0]["one step later"])
     assert not torch.equal(saved[0]["at checkpoint"], saved[0]["one step later"])
+    assert not (tmp_path / "ckpt.partial").exists()  # written aside, then put in place
+
+
+def test_saving_again_replaces_the_checkpoint_whole(tmp_path, batch):
+    path = str(tmp_path / "ckpt")
+    first = launch(checkpoint_worker, 2, path, "save", *batch, 1, backend="gloo", timeout=240)
+    second = launch(checkpoint_worker, 2, path, "save", *batch, 3, backend="gloo", timeout=240)
+    loaded = launch(checkpoint_worker, 1, path, "load", *batch, backend="gloo", timeout=240)
+    assert not torch.equal(first[0]["at checkpoint"], second[0]["at checkpoint"])
+    torch.testing.assert_close(loaded[0]["at checkpoint"], second[0]["at checkpoint"], rtol=0, atol=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
 
 
 def test_loading_from_a_folder_without_a_checkpoint_says_so(tmp_path):
