@@ -104,9 +104,11 @@ def _base_key(p: Point) -> tuple:
 
 
 def speedups(points: Sequence[Point]) -> list[Point]:
-    """``points`` with speed-up and efficiency against their 1-device base (:func:`_base_key`).
+    """``points`` with speed-up and efficiency against their 1-device base.
 
-    A point without a 1-device run on the same batch gets none (NaN).
+    The base is the same method and lr rule on 1 device with the same global
+    batch (strong scaling) or per-device batch (weak scaling); a point without
+    one gets none (NaN).
     """
     base = {_base_key(p): p for p in points if p.n_devices == 1}
     out = []
