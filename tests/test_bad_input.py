@@ -849,3 +849,28 @@ def test_every_help_shows_the_defaults():
                 if "(default:" not in " ".join(text.split()):
                     unshown.append(f"{name} {action.option_strings[-1]}")
     assert not unshown, f"--help hides the defaults of {unshown}"
+
+
+def test_a_resume_with_nothing_left_to_do_says_so(tmp_path):
+    """A 2-epoch snapshot resumed with --epochs 1 or 2 trains nothing: main says why (and exits 0)."""
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = el.warmup_schedule(optimizer, 1)
+    path = tmp_path / "s.pt"
+    el.save_snapshot(el.make_snapshot(model, optimizer, scheduler, epoch=2, position=0, step=8, config={}), path)
+    for epochs in (1, 2):
+        said = el.cli.nothing_left(str(path), epochs)
+        assert said == (
+            f"nothing left to do: the snapshot {path} has trained 2 epoch(s) (step 8) and --epochs is "
+            f"{epochs}; give --epochs above 2 to train on, or another --snapshot to start afresh"
+        )
+    assert el.cli.nothing_left(str(path), 3) == ""  # one more epoch to train
+    assert el.cli.nothing_left(str(tmp_path / "none.pt"), 1) == ""  # no snapshot: a fresh run
+
+
+def test_one_seed_prints_no_spread():
+    point = dict(method="ddp", n_devices=1, global_batch=8, lr_rule="none", acc_mean=0.5, acc_std=0.0,
+                 acc_min=0.5, acc_max=0.5, sec_per_epoch=1.0, samples_per_sec=8.0, speedup=1.0, efficiency=1.0)
+    one, three = st.table([st.Point(seeds=1, **point)]), st.table([st.Point(seeds=3, **point)])
+    assert "(0.000)" not in one and one.splitlines()[1].split()[6] == "-"
+    assert three.splitlines()[1].split()[6] == "(0.000)"  # three seeds that agree: a spread of 0
