@@ -543,6 +543,9 @@ CASES = [
     ("try_interface not a name", lambda t: ts.try_interface(3), ValueError, r"name must be an interface name such as 'lo', got 3"),
     ("visible_devices not a string", lambda t: ts.visible_devices(3, 2), TypeError, r"CUDA_VISIBLE_DEVICES is a string such as '1,0', got 3"),
     ("visible_devices physical=-1", lambda t: ts.visible_devices("0", -1), ValueError, r"physical must be the number of GPUs \(>= 0\), got -1"),
+    ("cuda_view not a string", lambda t: ts.cuda_view(0), TypeError, r"value must be a CUDA_VISIBLE_DEVICES string such as '1,0', or None \(unset\), got 0"),
+    ("cuda_view timeout=0", lambda t: ts.cuda_view("0", 0), ValueError, r"timeout must be a positive, finite number, got 0"),
+    ("masked not text", lambda t: ts.masked(b"port 29500"), TypeError, r"text must be a str \(a run's output\), got bytes"),
     ("save_snapshot to a directory", lambda t: el.save_snapshot({}, t), IsADirectoryError, r"is a directory; give a file name"),
     ("standalone_command nproc=0", lambda t: el.standalone_command(0), ValueError, r"nproc must be an integer >= 1, got 0"),
     ("check_entry_point another module", lambda t: el.check_entry_point(["python", "-m", "other"], [2]), el.LaunchFileError, r"not the entry point -m companion\.elastic"),
@@ -574,6 +577,7 @@ PACKAGES = ["core", "runtime", "split", "collectives", "dataparallel", "ddp", "p
             "internals", "study", "elastic", "troubleshoot", "bench"]
 RECORD = "a record (NamedTuple or dataclass) that the package builds and returns; its fields are checked where a function reads them"
 FORMATTER = "an argparse formatter class, handed to ArgumentParser by the package, never a user's value"
+LAUNCHER_PART = "a part of launch() (the supervisor), called with the launcher's own process lists, never a user's values"
 NO_INPUT = "takes no argument that a user could get wrong (it reads the machine, the environment or the OS)"
 CLI_FUNCTIONS = {  # the command lines' entry points, covered by the command-line rows of their CLI
     "study": ["study.main", "study.parse_args"],
@@ -605,6 +609,8 @@ NO_ROW = {  # 'package.name': why it needs no bad-input row
     "study.Projection": RECORD,
     "study.StudyRecord": RECORD,
     "troubleshoot.Captured": RECORD,
+    "runtime.collect": LAUNCHER_PART,
+    "runtime.stop": LAUNCHER_PART,
     "core.DefaultsHelp": FORMATTER,
     "core.RawDefaultsHelp": FORMATTER,
     "bench.available": NO_INPUT,
@@ -690,9 +696,7 @@ NOT_YET = {  # 'package.name': what bad input does now (tried at this commit); t
     "pictures.shard_of": "shard_of(3) raises AttributeError: 'int' object has no attribute 'dataset'",
     "pictures.text_color": "text_color(3) raises TypeError: 'int' object is not subscriptable",
     "pictures.timeline": "timeline(3) raises TypeError: 'int' object is not iterable",
-    "runtime.collect": "collect(3, 3, 3, 3) raises TypeError: 'int' object is not iterable",
     "runtime.event_files": "event_files(3) raises TypeError: expected str, bytes or os.PathLike object, not int",
-    "runtime.stop": "stop(3) raises TypeError: 'int' object is not iterable",
     "runtime.unwrap": "unwrap(3) returns without an error",
     "split.allreduce_grads": "allreduce_grads(3) raises TypeError: 'int' object is not iterable",
     "split.allreduce_grads_foreach": "allreduce_grads_foreach(3) raises TypeError: 'int' object is not iterable",
@@ -724,8 +728,6 @@ NOT_YET = {  # 'package.name': what bad input does now (tried at this commit); t
     "study.table": "table(3) raises TypeError: 'int' object is not iterable",
     "study.train_scheduled": "train_scheduled(3, 3, 3) raises TypeError: train_scheduled() missing 2 required keyword-only arguments: 'epochs' and 'sche",
     "troubleshoot.captured_stderr": "captured_stderr() returns without an error",
-    "troubleshoot.cuda_view": "cuda_view(3) raises TypeError: expected str, bytes or os.PathLike object, not int",
-    "troubleshoot.masked": "masked(3) raises TypeError: expected string or bytes-like object, got 'int'",
     "troubleshoot.matmul_seconds": "matmul_seconds(3, 3, 3, 3, 3) raises ValueError: Default process group has not been initialized, please make sure to call init_",
     "troubleshoot.oversubscription": "oversubscription() was not tried with bad input (it runs for long)",
     "troubleshoot.temporary_env": "temporary_env() returns without an error",
