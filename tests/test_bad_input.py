@@ -295,8 +295,8 @@ CASES = [
     ("global_gradient no sizes", lambda t: col.global_gradient([]), ValueError, r"sizes must name at least one rank.s sample count, got \[\]"),
     # dataparallel (chapter 4)
     ("chunk_sizes n_devices=0", lambda t: dp.chunk_sizes(10, 0), ValueError, r"n_devices must be an integer >= 1, got 0: need at least one device"),
-    ("chunk_sizes batch_size=0", lambda t: dp.chunk_sizes(0, 2), ValueError, r"batch_size must be an integer >= 1, got 0: the number of samples to scatter"),
-    ("chunk_sizes batch_size=2.5", lambda t: dp.chunk_sizes(2.5, 2), TypeError, r"batch_size must be an integer >= 1, got 2\.5"),
+    ("chunk_sizes batch_size=0", lambda t: dp.chunk_sizes(0, 2), ValueError, r"cannot scatter a batch of 0 samples: pass a non-empty batch"),
+    ("chunk_sizes batch_size=2.5", lambda t: dp.chunk_sizes(2.5, 2), TypeError, r"batch_size must be an integer >= 0, got 2\.5"),
     ("global_mean one size short", lambda t: dp.global_mean(torch.ones(2), [3]), ValueError, r"need one mean per replica"),
     ("global_mean zero samples", lambda t: dp.global_mean(torch.ones(2), [0, 0]), ValueError, r"sizes must add up to at least one sample, got \[0, 0\]"),
     ("DataParallelByHand no devices", lambda t: dp.DataParallelByHand(net(), []), ValueError, r"device"),
