@@ -295,8 +295,8 @@ CASES = [
     ("global_gradient no sizes", lambda t: col.global_gradient([]), ValueError, r"sizes must name at least one rank.s sample count, got \[\]"),
     # dataparallel (chapter 4)
     ("chunk_sizes n_devices=0", lambda t: dp.chunk_sizes(10, 0), ValueError, r"n_devices must be an integer >= 1, got 0: need at least one device"),
-    ("chunk_sizes batch_size=0", lambda t: dp.chunk_sizes(0, 2), ValueError, r"batch_size must be an integer >= 1, got 0: the number of samples to scatter"),
-    ("chunk_sizes batch_size=2.5", lambda t: dp.chunk_sizes(2.5, 2), TypeError, r"batch_size must be an integer >= 1, got 2\.5"),
+    ("chunk_sizes batch_size=0", lambda t: dp.chunk_sizes(0, 2), ValueError, r"cannot scatter a batch of 0 samples: pass a non-empty batch"),
+    ("chunk_sizes batch_size=2.5", lambda t: dp.chunk_sizes(2.5, 2), TypeError, r"batch_size must be an integer >= 0, got 2\.5"),
     ("global_mean one size short", lambda t: dp.global_mean(torch.ones(2), [3]), ValueError, r"need one mean per replica"),
     ("global_mean zero samples", lambda t: dp.global_mean(torch.ones(2), [0, 0]), ValueError, r"sizes must add up to at least one sample, got \[0, 0\]"),
     ("DataParallelByHand no devices", lambda t: dp.DataParallelByHand(net(), []), ValueError, r"device"),
@@ -543,6 +543,9 @@ CASES = [
     ("try_interface not a name", lambda t: ts.try_interface(3), ValueError, r"name must be an interface name such as 'lo', got 3"),
     ("visible_devices not a string", lambda t: ts.visible_devices(3, 2), TypeError, r"CUDA_VISIBLE_DEVICES is a string such as '1,0', got 3"),
     ("visible_devices physical=-1", lambda t: ts.visible_devices("0", -1), ValueError, r"physical must be the number of GPUs \(>= 0\), got -1"),
+    ("cuda_view not a string", lambda t: ts.cuda_view(0), TypeError, r"value must be a CUDA_VISIBLE_DEVICES string such as '1,0', or None \(unset\), got 0"),
+    ("cuda_view timeout=0", lambda t: ts.cuda_view("0", 0), ValueError, r"timeout must be a positive, finite number, got 0"),
+    ("masked not text", lambda t: ts.masked(b"port 29500"), TypeError, r"text must be a str \(a run's output\), got bytes"),
     ("save_snapshot to a directory", lambda t: el.save_snapshot({}, t), IsADirectoryError, r"is a directory; give a file name"),
     ("standalone_command nproc=0", lambda t: el.standalone_command(0), ValueError, r"nproc must be an integer >= 1, got 0"),
     ("check_entry_point another module", lambda t: el.check_entry_point(["python", "-m", "other"], [2]), el.LaunchFileError, r"not the entry point -m companion\.elastic"),
@@ -574,6 +577,7 @@ PACKAGES = ["core", "runtime", "split", "collectives", "dataparallel", "ddp", "p
             "internals", "study", "elastic", "troubleshoot", "bench"]
 RECORD = "a record (NamedTuple or dataclass) that the package builds and returns; its fields are checked where a function reads them"
 FORMATTER = "an argparse formatter class, handed to ArgumentParser by the package, never a user's value"
+LAUNCHER_PART = "a part of launch() (the supervisor), called with the launcher's own process lists, never a user's values"
 NO_INPUT = "takes no argument that a user could get wrong (it reads the machine, the environment or the OS)"
 CLI_FUNCTIONS = {  # the command lines' entry points, covered by the command-line rows of their CLI
     "study": ["study.main", "study.parse_args"],
@@ -605,6 +609,8 @@ NO_ROW = {  # 'package.name': why it needs no bad-input row
     "study.Projection": RECORD,
     "study.StudyRecord": RECORD,
     "troubleshoot.Captured": RECORD,
+    "runtime.collect": LAUNCHER_PART,
+    "runtime.stop": LAUNCHER_PART,
     "core.DefaultsHelp": FORMATTER,
     "core.RawDefaultsHelp": FORMATTER,
     "bench.available": NO_INPUT,
@@ -690,9 +696,7 @@ NOT_YET = {  # 'package.name': what bad input does now (tried at this commit); t
     "pictures.shard_of": "shard_of(3) raises AttributeError: 'int' object has no attribute 'dataset'",
     "pictures.text_color": "text_color(3) raises TypeError: 'int' object is not subscriptable",
     "pictures.timeline": "timeline(3) raises TypeError: 'int' object is not iterable",
-    "runtime.collect": "collect(3, 3, 3, 3) raises TypeError: 'int' object is not iterable",
     "runtime.event_files": "event_files(3) raises TypeError: expected str, bytes or os.PathLike object, not int",
-    "runtime.stop": "stop(3) raises TypeError: 'int' object is not iterable",
     "runtime.unwrap": "unwrap(3) returns without an error",
     "split.allreduce_grads": "allreduce_grads(3) raises TypeError: 'int' object is not iterable",
     "split.allreduce_grads_foreach": "allreduce_grads_foreach(3) raises TypeError: 'int' object is not iterable",
@@ -724,8 +728,6 @@ NOT_YET = {  # 'package.name': what bad input does now (tried at this commit); t
     "study.table": "table(3) raises TypeError: 'int' object is not iterable",
     "study.train_scheduled": "train_scheduled(3, 3, 3) raises TypeError: train_scheduled() missing 2 required keyword-only arguments: 'epochs' and 'sche",
     "troubleshoot.captured_stderr": "captured_stderr() returns without an error",
-    "troubleshoot.cuda_view": "cuda_view(3) raises TypeError: expected str, bytes or os.PathLike object, not int",
-    "troubleshoot.masked": "masked(3) raises TypeError: expected string or bytes-like object, got 'int'",
     "troubleshoot.matmul_seconds": "matmul_seconds(3, 3, 3, 3, 3) raises ValueError: Default process group has not been initialized, please make sure to call init_",
     "troubleshoot.oversubscription": "oversubscription() was not tried with bad input (it runs for long)",
     "troubleshoot.temporary_env": "temporary_env() returns without an error",
@@ -849,3 +851,28 @@ def test_every_help_shows_the_defaults():
                 if "(default:" not in " ".join(text.split()):
                     unshown.append(f"{name} {action.option_strings[-1]}")
     assert not unshown, f"--help hides the defaults of {unshown}"
+
+
+def test_a_resume_with_nothing_left_to_do_says_so(tmp_path):
+    """A 2-epoch snapshot resumed with --epochs 1 or 2 trains nothing: main says why (and exits 0)."""
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = el.warmup_schedule(optimizer, 1)
+    path = tmp_path / "s.pt"
+    el.save_snapshot(el.make_snapshot(model, optimizer, scheduler, epoch=2, position=0, step=8, config={}), path)
+    for epochs in (1, 2):
+        said = el.cli.nothing_left(str(path), epochs)
+        assert said == (
+            f"nothing left to do: the snapshot {path} has trained 2 epoch(s) (step 8) and --epochs is "
+            f"{epochs}; give --epochs above 2 to train on, or another --snapshot to start afresh"
+        )
+    assert el.cli.nothing_left(str(path), 3) == ""  # one more epoch to train
+    assert el.cli.nothing_left(str(tmp_path / "none.pt"), 1) == ""  # no snapshot: a fresh run
+
+
+def test_one_seed_prints_no_spread():
+    point = dict(method="ddp", n_devices=1, global_batch=8, lr_rule="none", acc_mean=0.5, acc_std=0.0,
+                 acc_min=0.5, acc_max=0.5, sec_per_epoch=1.0, samples_per_sec=8.0, speedup=1.0, efficiency=1.0)
+    one, three = st.table([st.Point(seeds=1, **point)]), st.table([st.Point(seeds=3, **point)])
+    assert "(0.000)" not in one and one.splitlines()[1].split()[6] == "-"
+    assert three.splitlines()[1].split()[6] == "(0.000)"  # three seeds that agree: a spread of 0

@@ -86,7 +86,9 @@ def chunk_sizes(batch_size: int, n_devices: int) -> list[int]:
     Chapter 2's ``shard_sizes`` cuts ``[4, 3, 3]`` and ``[2, 2, 1, 1]``.
     """
     check_int(n_devices, "n_devices", 1, "need at least one device")
-    check_int(batch_size, "batch_size", 1, "the number of samples to scatter")
+    check_int(batch_size, "batch_size", 0, "the number of samples to scatter")
+    if batch_size < 1:
+        raise ValueError(f"cannot scatter a batch of {batch_size} samples: pass a non-empty batch")
     size = -(-batch_size // n_devices)
     return [min(size, batch_size - start) for start in range(0, batch_size, size)]
 

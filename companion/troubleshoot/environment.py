@@ -102,6 +102,8 @@ _VARYING = [
 
 def masked(text: str) -> str:
     """``text`` with what changes from run to run (ports, log times) replaced by a name."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str (a run's output), got {type(text).__name__}")
     for pattern, replacement in _VARYING:
         text = pattern.sub(replacement, text)
     return text

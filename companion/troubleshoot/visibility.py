@@ -19,6 +19,8 @@ import os
 import subprocess
 import sys
 
+from ..core.checks import check_positive
+
 __all__ = ["visible_devices", "cuda_view"]
 
 _PROBE = """
@@ -61,6 +63,7 @@ def cuda_view(value: str | None, timeout: float = 60.0) -> dict:
     Returns ``{"count": ..., "names": [...], "uuids": [...]}`` for its
     ``cuda:0``, ``cuda:1``... The UUIDs tell which physical GPU each one is.
     """
+    _check_cuda_view(value, timeout)
     env = dict(os.environ)
     env.pop("CUDA_VISIBLE_DEVICES", None)
     if value is not None:
@@ -76,3 +79,11 @@ def cuda_view(value: str | None, timeout: float = 60.0) -> dict:
     if done.returncode != 0:
         raise RuntimeError(f"the probe process failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _check_cuda_view(value, timeout: float) -> None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(
+            f"value must be a CUDA_VISIBLE_DEVICES string such as '1,0', or None (unset), got {value!r}"
+        )
+    check_positive(timeout, "timeout", "give the seconds the child may take")

@@ -53,3 +53,51 @@ def test_wrapping_without_a_process_group_says_how_to_get_one():
         NaiveDDP(torch.nn.Linear(2, 2))
     with pytest.raises(TypeError):
         NaiveDDP("not a model")
+
+
+class DictNet(torch.nn.Module):
+    """A model whose forward takes a dict batch (as some real models do)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(3, 2)
+
+    def forward(self, batch):
+        return self.fc(batch["x"])
+
+
+def misuse(rank: int, world_size: int) -> dict:
+    """Worker: what each variant says to a dict batch with weigh_by_samples and to a skipped finish()."""
+    from companion.internals import BucketedDDP, HookedDDP
+
+    seen = {}
+    for cls in (NaiveDDP, HookedDDP, BucketedDDP):
+        torch.manual_seed(0)
+        net = cls(DictNet(), weigh_by_samples=True)
+        try:
+            net({"x": torch.ones(4, 3)})
+            seen[cls.__name__, "dict"] = "accepted"
+        except TypeError as err:
+            seen[cls.__name__, "dict"] = str(err)
+        net = cls(torch.nn.Linear(3, 2))
+        net(torch.ones(4, 3)).sum().backward()
+        net.finish()  # a proper step ...
+        with torch.no_grad():
+            net(torch.ones(2, 3))  # ... an evaluation in between is fine
+        net(torch.ones(4, 3)).sum().backward()  # a step without finish() ...
+        try:
+            net(torch.ones(4, 3))  # ... is refused at the next forward pass
+            seen[cls.__name__, "finish"] = "accepted"
+        except RuntimeError as err:
+            seen[cls.__name__, "finish"] = str(err)
+    return seen
+
+
+def test_a_dict_batch_with_weigh_by_samples_and_a_skipped_finish_are_refused():
+    from companion.runtime import launch
+
+    for seen in launch(misuse, 2, backend="gloo", timeout=180):
+        for name in ("NaiveDDP", "HookedDDP", "BucketedDDP"):
+            assert seen[name, "dict"].startswith("weigh_by_samples counts the samples of forward's first argument")
+            assert "got dict: pass the input tensor first, or weigh_by_samples=False" in seen[name, "dict"]
+            assert seen[name, "finish"].startswith(f"{name}: a forward pass began a new step before finish()")
