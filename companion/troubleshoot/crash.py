@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from ..core.checks import DefaultsHelp, check_choice, check_int
+from ..core.checks import DefaultsHelp
 from ..core.lines import say
 from ..runtime.group import init_from_env
 
@@ -62,9 +62,11 @@ def crash_at_step(
 
 
 def _check_crash(crash_rank: int, step: int, how: str, world_size: int) -> None:
-    check_choice(how, "how", HOWS)
-    check_int(step, "step", 0, "the step at which the rank fails")
-    check_int(crash_rank, "crash_rank", 0, "the rank that fails")
+    if how not in HOWS:
+        raise ValueError(f"how must be one of {HOWS}, got {how!r}")
+    for name, value in (("crash_rank", crash_rank), ("step", step)):
+        if type(value) is not int or value < 0:
+            raise ValueError(f"crash_rank and step must be integers >= 0; {name} is {value!r}")
     if crash_rank >= world_size:
         raise ValueError(
             f"crash_rank must be a rank of the {world_size} processes (0..{world_size - 1}), "
@@ -123,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         _check_crash(args.crash_rank, args.step, args.how, int(os.environ.get("WORLD_SIZE", "1")))
     except ValueError as err:
-        parser.error(str(err).replace("crash_rank", "--crash-rank").replace("step ", "--step ", 1))
+        parser.error(str(err).replace("crash_rank", "--crash-rank").replace("step", "--step"))
     init_from_env(backend="gloo", timeout=30.0)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     total = crash_at_step(rank, world_size, args.crash_rank, args.step, args.how)
