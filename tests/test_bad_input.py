@@ -407,7 +407,6 @@ CASES = [
     ("study.plan seed twice", lambda t: st.plan(["split"], [1], [0, 0], data=TINY, model="lenet", batch=4, lr=0.1, epochs=1), ValueError, r"seeds repeats \[0\] in \[0, 0\]: give each value once"),
     ("study.plan device count twice", lambda t: st.plan(["split"], [2, 2], [0], data=TINY, model="lenet", batch=4, lr=0.1, epochs=1), ValueError, r"device_counts repeats \[2\]"),
     ("study.plan seed=-1", lambda t: st.plan(["split"], [1], [-1], data=TINY, model="lenet", batch=4, lr=0.1, epochs=1), ValueError, r"seed must be an integer >= 0, got -1"),
-    ("crash_at_step crash_rank outside the world", lambda t: ts.crash_at_step(0, 2, crash_rank=2), ValueError, r"crash_rank must be a rank of the 2 processes \(0\.\.1\), got 2: otherwise no rank crashes"),
     ("crash_at_step step=-1", lambda t: ts.crash_at_step(0, 2, step=-1), ValueError, r"crash_rank and step must be integers >= 0; step is -1"),
     ("crash_at_step how", lambda t: ts.crash_at_step(0, 2, how="segfault"), ValueError, r"how must be one of \('raise', 'exit', 'kill'\), got 'segfault'"),
     # issue 23: raw errors from deep inside, now caught where the input enters
@@ -499,8 +498,8 @@ CASES = [
     ("elastic --snapshot a directory", lambda t: elastic_cli("--snapshot", str(t)), ValueError, r"--snapshot .* is a directory; give a file name"),
     ("elastic --model vgg", lambda t: elastic_cli("--snapshot", "s.pt", "--model", "vgg"), ValueError, r"unknown model 'vgg'"),
     ("elastic --log-dir under a file", lambda t: elastic_cli("--snapshot", "s.pt", "--log-dir", str(write(t, "f", b"") / "logs")), ValueError, r"--log-dir .*f is a file, not a directory"),
-    ("troubleshoot --crash-rank 5", lambda t: cli(TROUBLESHOOT_MAIN, "--crash-rank", "5"), ValueError, r"exit 2: .*--crash-rank must be a rank of the 1 processes \(0\.\.0\), got 5"),
-    ("troubleshoot --step -1", lambda t: cli(TROUBLESHOOT_MAIN, "--crash-rank", "0", "--step", "-1"), ValueError, r"--crash-rank and --step must be integers >= 0; --step is -1"),
+    ("troubleshoot --crash-rank -1", lambda t: cli(TROUBLESHOOT_MAIN, "--crash-rank", "-1"), ValueError, r"exit 2: .*--crash-rank and --step must be integers >= 0; --crash-rank is -1"),
+    ("troubleshoot --step -1", lambda t: cli(TROUBLESHOOT_MAIN, "--step", "-1"), ValueError, r"--crash-rank and --step must be integers >= 0; --step is -1"),
     ("troubleshoot --how segfault", lambda t: cli(TROUBLESHOOT_MAIN, "--how", "segfault"), ValueError, r"argument --how: invalid choice: 'segfault'"),
     ("bench baseline --workers -1", lambda t: cli(bench_module("baseline").main, "--workers", "-1"), ValueError, r"argument --workers: must be an integer >= 0, got '-1'"),
     ("bench allreduce --mb 1e-7", lambda t: cli(bench_module("allreduce").main, "--mb", "1e-7"), ValueError, r"--mb 1e-07 is less than one float32 \(4 bytes\): give at least 4e-06"),
