@@ -187,7 +187,7 @@ def profile_arg(text: str) -> str:
 
     if text.lower() not in PROFILES:
         raise argparse.ArgumentTypeError(
-            f"unknown profile {text!r}; choose one of {', '.join(sorted(PROFILES))}"
+            f"unknown profile {text!r}; valid profiles are: {', '.join(sorted(PROFILES))}"
         )
     return text.lower()
 

@@ -92,7 +92,7 @@ def _check(args: argparse.Namespace) -> None:
     if args.warmup_steps < 0:
         raise ValueError(f"--warmup-steps must be >= 0, got {args.warmup_steps}: 0 for none")
     if not 0 <= args.momentum < 1:
-        raise ValueError(f"--momentum must be in [0, 1), got {args.momentum}: e.g. 0.9, or 0")
+        raise ValueError(f"--momentum in [0, 1) is needed, got {args.momentum}: e.g. 0.9, or 0")
 
 
 def main(argv: list[str] | None = None) -> int:
