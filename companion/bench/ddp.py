@@ -27,7 +27,7 @@ from ..core.devices import hardware_label, synchronize
 from ..core.models import get_model
 from ..core.profiles import get_profile
 from ..core.training import set_seed
-from ..runtime.group import rank_device
+from ..runtime.group import ddp_device_ids, rank_device
 from ..runtime.launcher import launch
 
 METHODS = (
@@ -67,8 +67,7 @@ def bench_worker(
     X = torch.randn(batch, 1, 28, 28, device=device)
     y = torch.randint(0, 10, (batch,), device=device)
     nets = {name: copy.deepcopy(base) for name in METHODS}
-    ids = [device] if device.type == "cuda" else None
-    nets["DDP"] = DDP(nets["DDP"], device_ids=ids)
+    nets["DDP"] = DDP(nets["DDP"], device_ids=ddp_device_ids(device))
     averaging = {"average_gradients (ring)": "ring"}
     averaging["average_gradients (dist.all_reduce)"] = "dist.all_reduce"
     opts = {name: torch.optim.SGD(nets[name].parameters(), lr=0.01) for name in nets}

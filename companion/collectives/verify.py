@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-import torch.distributed as dist
 
+from ..runtime.group import rank_device
 from .allreduce import ALLREDUCES, HAND_WRITTEN, allreduce_torch
 
 __all__ = ["check_allreduce"]
@@ -34,7 +34,7 @@ def check_allreduce(
     """
     algorithms = algorithms or {name: ALLREDUCES[name] for name in HAND_WRITTEN}
     rows, g = [], torch.Generator().manual_seed(seed + 1000 * rank)
-    device = torch.device(f"cuda:{rank}" if dist.get_backend() == "nccl" else "cpu")
+    device = rank_device()  # the local rank's GPU under nccl (multi-node safe), else the CPU
     for numel in numels:
         for dtype in dtypes:
             noise = torch.randn(numel, generator=g, dtype=dtype).to(device)

@@ -33,6 +33,7 @@ import torch.distributed as dist
 from ..core.checks import check_data, check_int
 from ..core.data import Data
 from ..core.lines import say
+from ..core.lr import warmup_lr
 from ..core.profiles import get_profile
 from ..core.results import Record
 from ..core.training import flat_params
@@ -81,10 +82,13 @@ class ElasticResult(NamedTuple):
 
 
 def warmup_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int):
-    """lr from ``lr / (warmup_steps + 1)`` up to ``lr`` over ``warmup_steps`` steps."""
-    return torch.optim.lr_scheduler.LinearLR(
-        optimizer, 1 / (warmup_steps + 1), 1.0, total_iters=warmup_steps
-    )
+    """lr from ``lr / (warmup_steps + 1)`` up to ``lr`` over ``warmup_steps`` steps.
+
+    Chapter 7's gradual warm-up rule (:func:`~companion.core.lr.warmup_lr`),
+    as a factor of the optimizer's lr, in a scheduler that snapshots keep.
+    """
+    factor = partial(warmup_lr, lr=1 / (warmup_steps + 1), target=1.0, warmup_steps=warmup_steps)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def _resolve(cfg: DDPConfig, opts: ElasticOptions, world: int) -> DDPConfig:
@@ -101,6 +105,7 @@ def _run_config(cfg: DDPConfig, opts: ElasticOptions, data: Data, world: int) ->
         "dataset": data.name,
         "model": cfg.model,
         "global_batch": cfg.global_batch,
+        "precision": cfg.precision,
         "lr": cfg.lr,
         "seed": cfg.seed,
         "momentum": opts.momentum,
@@ -193,7 +198,9 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
         position = 0
         if run.steps != cfg.max_steps:  # stopped as a crash would: no snapshot now
             save(epoch + 1, 0)
-            log.say(f"epoch {epoch + 1}/{cfg.epochs}: snapshot: step {run.steps}")
+            if record is not None:
+                log.say(f"epoch {epoch + 1}/{cfg.epochs}: test accuracy {record.test_acc:.4f}, "
+                        f"snapshot: step {run.steps}")
 
     try:
         records = train_epochs(run, data, on_step, on_epoch, first_epoch=first)
