@@ -34,6 +34,7 @@ from torch import nn
 from ..core.checks import check_module
 from ..core.precision import MathMode
 from ..internals.naive import broadcast_state, trainable_parameters
+from ..runtime.agree import check_ranks_agree
 from .flat import FlatShards, check_sharding_group
 
 __all__ = ["ShardedOptimizer", "Zero1", "check_precision"]
@@ -66,7 +67,8 @@ class ShardedOptimizer:
         self.named = trainable_parameters(net)
         if not self.named:
             raise ValueError(f"{name}: the model has no trainable parameters: nothing to shard")
-        # AGREE: the lead calls companion.runtime.agree here (same model layout on every rank)
+        settings = {"optimizer": optimizer_class.__name__, **defaults}
+        check_ranks_agree(net, settings, name)  # the same layout and settings on every rank
 
     def _make_inner(self, shards: list[torch.Tensor]) -> None:
         """The real optimizer, over this rank's shards (leaf tensors sharing their storage)."""
