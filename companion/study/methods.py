@@ -1,4 +1,4 @@
-"""The methods of chapters 2-6, behind one signature: train one run from scratch.
+"""The methods of chapters 2-6 and 9, behind one signature: train one run from scratch.
 
 Used in: chapter 7.
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import NamedTuple
 
 from ..collectives.partition import train_worker
@@ -31,6 +32,7 @@ from ..dataparallel.training import train as train_dataparallel
 from ..ddp.training import ddp_worker
 from ..internals.training import internals_worker
 from ..runtime.launcher import launch
+from ..sharding.training import sharded_worker
 from ..core.lr import LR_RULES, lr_schedule
 from ..core.precision import PRECISIONS
 from ..core.training import train as train_one_device
@@ -48,6 +50,7 @@ __all__ = [
     "run_dataparallel",
     "run_ddp",
     "run_processes",
+    "run_sharded",
 ]
 
 
@@ -230,9 +233,20 @@ def run_internals(spec: RunSpec) -> list[Record]:
     return run_processes(internals_worker, spec)
 
 
+def run_sharded(method: str) -> Callable[[RunSpec], list[Record]]:
+    """Chapter 9: a runner for ``method`` of :mod:`companion.sharding` (one process per device)."""
+
+    def run(spec: RunSpec) -> list[Record]:
+        return run_processes(partial(sharded_worker, method=method), spec)
+
+    return run
+
+
 register("reference", run_reference, chapter=1, warmup=True)
 register("split", run_split, chapter=2, warmup=True)
 register("allreduce", run_allreduce, chapter=3, processes=True)
 register("dataparallel", run_dataparallel, chapter=4)
 register("ddp", run_ddp, chapter=5, processes=True)
 register("internals", run_internals, chapter=6, processes=True)
+register("zero3", run_sharded("ZeRO-3"), chapter=9, processes=True)
+register("fsdp2", run_sharded("FSDP2"), chapter=9, processes=True)

@@ -79,17 +79,18 @@ def misuse(rank: int, world_size: int) -> dict:
             seen[cls.__name__, "dict"] = "accepted"
         except TypeError as err:
             seen[cls.__name__, "dict"] = str(err)
-        net = cls(torch.nn.Linear(3, 2))
-        net(torch.ones(4, 3)).sum().backward()
-        net.finish()  # a proper step ...
-        with torch.no_grad():
-            net(torch.ones(2, 3))  # ... an evaluation in between is fine
-        net(torch.ones(4, 3)).sum().backward()  # a step without finish() ...
-        try:
-            net(torch.ones(4, 3))  # ... is refused at the next forward pass
-            seen[cls.__name__, "finish"] = "accepted"
-        except RuntimeError as err:
-            seen[cls.__name__, "finish"] = str(err)
+        for explicit in (True, False):  # the fallback, then the drop-in that finishes by itself
+            net = cls(torch.nn.Linear(3, 2), finish_in_backward=not explicit)
+            net(torch.ones(4, 3)).sum().backward()
+            net.finish()  # a proper step (a second finish() does nothing) ...
+            with torch.no_grad():
+                net(torch.ones(2, 3))  # ... an evaluation in between is fine
+            net(torch.ones(4, 3)).sum().backward()  # a step without a call to finish() ...
+            try:
+                net(torch.ones(4, 3))  # ... is refused at the next forward pass in the fallback
+                seen[cls.__name__, "finish", explicit] = "accepted"
+            except RuntimeError as err:
+                seen[cls.__name__, "finish", explicit] = str(err)
     return seen
 
 
@@ -100,4 +101,5 @@ def test_a_dict_batch_with_weigh_by_samples_and_a_skipped_finish_are_refused():
         for name in ("NaiveDDP", "HookedDDP", "BucketedDDP"):
             assert seen[name, "dict"].startswith("weigh_by_samples counts the samples of forward's first argument")
             assert "got dict: pass the input tensor first, or weigh_by_samples=False" in seen[name, "dict"]
-            assert seen[name, "finish"].startswith(f"{name}: a forward pass began a new step before finish()")
+            assert seen[name, "finish", True].startswith(f"{name}: a forward pass began a new step before finish()")
+            assert seen[name, "finish", False] == "accepted"  # backward's end called finish()

@@ -36,6 +36,15 @@ def build_each(rank: int, world_size: int, odd: int) -> dict:
                 seen[case, name] = "agree"
             except RanksDisagree as err:
                 seen[case, name] = str(err)
+    from companion.sharding import Zero1, Zero2, Zero3  # chapter 9's sharded optimizers
+
+    for name, cls in (("Zero1", Zero1), ("Zero2", Zero2), ("Zero3", Zero3)):
+        for case, lr in (("same", 0.1), ("layer", 0.1), ("lr", 0.2 if rank == odd else 0.1)):
+            try:
+                cls(model(rank, "layer" if case == "layer" else "same", odd), torch.optim.SGD, lr=lr)
+                seen[case, name] = "agree"
+            except RanksDisagree as err:
+                seen[case, name] = str(err)
     try:
         check_ranks_agree(nn.Linear(2, 2), {"seed": rank}, "ShardedWrapper")
     except RanksDisagree as err:
@@ -56,6 +65,10 @@ def test_every_rank_names_the_rank_and_what_differs(world_size):
         assert "parameter '0.weight' is shape [3, 4], float32, requires_grad on rank 0 but " \
                f"shape [5, 4], float32, requires_grad on rank {odd}" in seen["shape", name]
     assert f"setting 'bucket_cap_mb' is 25.0 on rank 0 but 1.0 on rank {odd}" in seen["cap", "BucketedDDP"]
+    for name in ("Zero1", "Zero2", "Zero3"):
+        assert seen["same", name] == "agree"
+        assert seen["layer", name].startswith(f"{name}: rank {odd} differs from rank 0: ")
+        assert f"setting 'lr' is 0.1 on rank 0 but 0.2 on rank {odd}" in seen["lr", name]
     assert seen["settings", "check_ranks_agree"].startswith("ShardedWrapper: rank 1 differs")
     assert "setting 'seed' is 0 on rank 0 but 1 on rank 1" in seen["settings", "check_ranks_agree"]
 

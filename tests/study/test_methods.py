@@ -27,6 +27,18 @@ def test_chapter_6_rebuild_trains_like_chapter_5_ddp(data):
     torch.testing.assert_close(mine[0].test_acc, ddp[0].test_acc, rtol=0, atol=1e-9)
 
 
+def test_chapter_9_sharded_methods_join_the_study_and_train_like_ddp(data):
+    """ZeRO-3 and FSDP2 through the study's runner: chapter 9's methods, the same losses as DDP."""
+    assert (METHODS["zero3"].chapter, METHODS["fsdp2"].chapter) == (9, 9)
+    spec = RunSpec(data, "lenet", 2, 64, 0.1, 1, profile="ci")
+    ddp = run_method("ddp", spec)
+    for name in ("zero3", "fsdp2"):
+        records = run_method(name, spec)
+        assert [r.method for r in records] == [name] and records[0].precision == "fp32"
+        torch.testing.assert_close(records[0].train_loss, ddp[0].train_loss, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(records[0].test_acc, ddp[0].test_acc, rtol=0, atol=1e-9)
+
+
 def test_register_is_one_line_and_checks(data):
     def fake(spec):
         return run_method("reference", spec)
