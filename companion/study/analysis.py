@@ -57,8 +57,8 @@ class Point:
 
     @property
     def noisy(self) -> bool:
-        """The speed-up's range is wider than its distance from 1 (no speed-up: False)."""
-        return self.speedup_max - self.speedup_min > abs(self.speedup - 1)
+        """The speed-up's range is wider than its distance from 1 (the 1-device base: False)."""
+        return self.n_devices > 1 and self.speedup_max - self.speedup_min > abs(self.speedup - 1)
 
 
 def spread(values: Sequence[float]) -> tuple[float, float, float, float]:
@@ -136,7 +136,7 @@ def table(points: Sequence[Point]) -> str:
     """
     head = (
         f"{'method':<12}{'devices':>8}{'batch':>6}{'lr rule':>8}{'seeds':>6}"
-        f"{'test acc':>9}{'(sd)':>8}{'s/epoch':>8}{'[min-max]':>12}{'speed-up':>9}{'effic.':>7}"
+        f"{'test acc':>9}{'(sd)':>8}{'s/epoch':>8}{'[min-max]':>14}{'speed-up':>9}{'effic.':>7}"
     )
     lines = [head]
     for p in points:
@@ -145,6 +145,6 @@ def table(points: Sequence[Point]) -> str:
         lines.append(
             f"{p.method:<12}{p.n_devices:>8}{p.global_batch:>6}{p.lr_rule:>8}{p.seeds:>6}"
             f"{p.acc_mean:>9.3f}{sd:>8}{p.sec_per_epoch:>8.3f}"
-            f"{f'[{p.sec_min:.2f}-{p.sec_max:.2f}]':>12}{p.speedup:>9.2f}{effic:>7}"
+            f"{f'[{p.sec_min:.2f}-{p.sec_max:.2f}]':>14}{p.speedup:>9.2f}{effic:>7}"
         )
     return "\n".join(lines)

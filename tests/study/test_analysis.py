@@ -55,6 +55,7 @@ def test_a_speedup_carries_the_range_its_slowest_and_fastest_epochs_allow():
     assert two.speedup == pytest.approx(2.1 / 1.05)
     assert two.speedup_min == pytest.approx(2.0 / 1.1) and two.speedup_max == pytest.approx(2.2 / 1.0)
     assert not two.noisy  # 1.82..2.2 is further from 1 than it is wide
+    assert not one.noisy  # the base: its speed-up is 1 by definition
     row = table([one, two]).splitlines()[2]
     assert "[1.00-1.10]" in row and row.endswith("100%")
 
