@@ -250,7 +250,7 @@ def check_port(port: Any, name: str = "port") -> Any:
 
 
 def check_data(data: Any, name: str = "data") -> Any:
-    """``data`` if it is a :class:`companion.core.Data` (name, train and test sets, classes)."""
+    """``data`` if it is a ``companion.core.Data`` (name, train and test sets, classes)."""
     from .data import Data
 
     if not isinstance(data, Data):

@@ -5,14 +5,14 @@ Used in: chapter 9.
 With ``psi`` trainable parameters, training with Adam holds three things per
 rank (activations come on top and depend on the batch):
 
-=========  ============  ==================  ==================
-method     parameters    gradients           optimizer state
-=========  ============  ==================  ==================
-DDP        ``P psi``     ``G psi``           ``K psi``
-ZeRO-1     ``P psi``     ``G psi``           ``K psi / N``
-ZeRO-2     ``P psi``     ``G psi / N``       ``K psi / N``
-ZeRO-3     ``P psi / N`` ``G psi / N``       ``K psi / N``
-=========  ============  ==================  ==================
+=========  =============  =============  ===============
+method     parameters     gradients      optimizer state
+=========  =============  =============  ===============
+DDP        ``P psi``      ``G psi``      ``K psi``
+ZeRO-1     ``P psi``      ``G psi``      ``K psi / N``
+ZeRO-2     ``P psi``      ``G psi / N``  ``K psi / N``
+ZeRO-3     ``P psi / N``  ``G psi / N``  ``K psi / N``
+=========  =============  =============  ===============
 
 fp32 Adam: ``P = 4, G = 4, K = 8`` (two moments), 16 bytes per parameter
 in all. Mixed precision as the ZeRO paper counts it: bf16 parameters and
