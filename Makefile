@@ -35,8 +35,8 @@ notebooks: $(VENV)/.installed
 # without a GPU) into _build/<profile>-check/, the committed ci outputs left alone.
 # Fails on a cell error, on anything written to stderr (warnings, progress bars),
 # on files left in a notebook's temporary directory, and on a self-check whose
-# verdict differs from the committed run. CI runs it for cpu (the offline sample
-# stands in for Fashion-MNIST without a network, as it does for readers).
+# verdict differs from the committed run. Without a network the offline sample
+# stands in for Fashion-MNIST, as it does for readers. Not run by CI yet (time).
 PROFILE ?= cpu
 profile-check: $(VENV)/.installed
 	BOOK_PROFILE=$(PROFILE) $(BIN)/python .ci/execute_notebooks.py --same-checks _build/$(PROFILE)-check $(NOTEBOOKS)
