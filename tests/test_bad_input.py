@@ -167,6 +167,7 @@ def write(tmp, name, data: bytes):
 
 # (id, call(tmp_path), expected error, message pattern: the argument, the value, the fix)
 CASES = [
+    ("study.run_sharded unknown method", lambda t: st.run_sharded("ZeRO-4"), ValueError, r"unknown method 'ZeRO-4'; choose one of"),
     ("check_fp32 bf16", lambda t: core.check_fp32(core.MathMode("bf16", "cpu"), "split.train"), ValueError, r"split\.train computes in fp32 only, got precision=bf16: pass precision='fp32'"),
     ("gpu_indices not a device", lambda t: core.gpu_indices(["x"]), ValueError, r"'x' is not a device: give 'cpu', 'cuda:0'"),
     ("core.linear_lr world_size=0", lambda t: core.linear_lr(0.1, 0), ValueError, r"world_size must be an integer >= 1, got 0"),

@@ -32,6 +32,7 @@ from ..dataparallel.training import train as train_dataparallel
 from ..ddp.training import ddp_worker
 from ..internals.training import internals_worker
 from ..runtime.launcher import launch
+from ..sharding.training import METHODS as SHARDED
 from ..sharding.training import sharded_worker
 from ..core.lr import LR_RULES, lr_schedule
 from ..core.precision import PRECISIONS
@@ -235,6 +236,7 @@ def run_internals(spec: RunSpec) -> list[Record]:
 
 def run_sharded(method: str) -> Callable[[RunSpec], list[Record]]:
     """Chapter 9: a runner for ``method`` of :mod:`companion.sharding` (one process per device)."""
+    check_choice(method, "method", SHARDED)
 
     def run(spec: RunSpec) -> list[Record]:
         return run_processes(partial(sharded_worker, method=method), spec)
