@@ -23,7 +23,7 @@ book: $(VENV)/.installed
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
 test: $(VENV)/.installed
-	BOOK_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider tests book \
+	BOOK_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider --durations=15 tests book \
 	  --nbval --nbval-current-env --nbval-cell-timeout=600 \
 	  --nbval-sanitize-with tests/nbval_sanitize.cfg
 
@@ -36,7 +36,7 @@ notebooks: $(VENV)/.installed
 # Fails on a cell error, on anything written to stderr (warnings, progress bars),
 # on files left in a notebook's temporary directory, and on a self-check whose
 # verdict differs from the committed run. Without a network the offline sample
-# stands in for Fashion-MNIST, as it does for readers. Not run by CI yet (time).
+# stands in for Fashion-MNIST, as it does for readers. .ci/run runs it after the tests.
 PROFILE ?= cpu
 profile-check: $(VENV)/.installed
 	BOOK_PROFILE=$(PROFILE) $(BIN)/python .ci/execute_notebooks.py --same-checks _build/$(PROFILE)-check $(NOTEBOOKS)

@@ -29,6 +29,7 @@ import re
 import shutil
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -83,6 +84,19 @@ def problems_of(nb, committed, leftovers: list[str]) -> list[str]:
     return found
 
 
+def slowest(nb, k: int = 3) -> str:
+    """The ``k`` slowest cells, from the timings nbclient records: where a profile spends its time."""
+    times = []
+    for i, cell in enumerate(nb.cells):
+        stamps = cell.get("metadata", {}).get("execution", {})
+        begin, end = stamps.get("iopub.execute_input"), stamps.get("shell.execute_reply")
+        if begin and end:
+            seconds = (datetime.fromisoformat(end.replace("Z", "+00:00"))
+                       - datetime.fromisoformat(begin.replace("Z", "+00:00"))).total_seconds()
+            times.append((seconds, i))
+    return ", ".join(f"cell {i} {s:.0f} s" for s, i in sorted(times, reverse=True)[:k])
+
+
 def run(path: str, out: Path, same_checks: bool) -> list[str]:
     nb = nbformat.read(path, as_version=4)
     committed = nbformat.read(path, as_version=4) if same_checks else None
@@ -101,7 +115,7 @@ def run(path: str, out: Path, same_checks: bool) -> list[str]:
     leftovers = sorted(p.name for p in tmp.iterdir() if not p.name.startswith(CACHES))
     shutil.rmtree(tmp, ignore_errors=True)
     found = [f"{path} {p}" for p in problems_of(nb, committed, leftovers)]
-    print(f"{path}: {len(found)} problem(s), {seconds:.0f} s", flush=True)
+    print(f"{path}: {len(found)} problem(s), {seconds:.0f} s (slowest: {slowest(nb)})", flush=True)
     return found
 
 

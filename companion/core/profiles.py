@@ -42,6 +42,9 @@ class Profile:
     notes: str = field(default="", compare=False)
     precision: str = "fp32"  # "auto": the fast baseline's (chapter 1)
     channels_last: bool = False
+    # Chapter 7's study trains every method x device count x seed: it takes a
+    # random (training, test) subset of this size, or all of the data with None.
+    study_samples: tuple[int, int] | None = None
 
     @property
     def model(self) -> str:
@@ -60,6 +63,7 @@ PROFILES: dict[str, Profile] = {
         batch_size=64,
         lr=0.1,
         device_counts=(1, 2),
+        study_samples=(1200, 400),
         notes="CI, nbval and committed outputs: offline data, minutes on 2 CPU cores",
     ),
     "cpu": Profile(
@@ -70,6 +74,7 @@ PROFILES: dict[str, Profile] = {
         batch_size=128,
         lr=0.1,
         device_counts=(1, 2, 4),
+        study_samples=(2400, 800),  # 45 trainings + 27 for the lr rules: minutes, not hours
         notes="a laptop or Colab without a GPU",
     ),
     "gpu": Profile(

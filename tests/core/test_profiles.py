@@ -57,3 +57,13 @@ def test_setup_notice_names_profile_and_hardware(monkeypatch, gpus, hardware, me
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "Fake GPU")
     text = describe_setup(get_profile("ci"))
     assert text.startswith("profile 'ci'") and hardware in text and meaning in text
+
+
+def test_every_profile_sizes_the_study_with_a_subset_or_all_of_the_data():
+    for profile in PROFILES.values():
+        size = profile.study_samples
+        assert size is None or (len(size) == 2 and all(isinstance(n, int) and n > 0 for n in size)), (
+            profile.name, size)
+    assert PROFILES["gpu"].study_samples is None  # the full study where it takes minutes
+    ci, cpu = PROFILES["ci"].study_samples, PROFILES["cpu"].study_samples
+    assert ci[0] <= cpu[0]  # the reader's profile studies at least as much as CI's
