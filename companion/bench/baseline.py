@@ -68,9 +68,7 @@ def measure(
     loader = DataLoader(train_set, batch, shuffle=True, num_workers=workers)
     d2l_opt = torch.optim.SGD(d2l_net.parameters(), lr=profile.lr)
     mode = MathMode("auto", device, channels_last=device.type == "cuda")
-    ours = get_model(model).to(device)
-    if mode.channels_last:
-        ours.to(memory_format=torch.channels_last)
+    ours = mode.place(get_model(model), device)
     our_iter = DeviceLoader(train_set, batch, device, seed=0)
     our_opt = torch.optim.SGD(ours.parameters(), lr=profile.lr)
     step = partial(amp_train_step, mode=mode)
