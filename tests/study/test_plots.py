@@ -7,7 +7,7 @@ from companion.study.plots import plot_lr_scaling, plot_speedup, plot_study
 pytestmark = pytest.mark.ch7
 
 
-def test_plots_draw_every_method_and_the_ideal_line():
+def test_plots_show_every_method_and_the_ideal_line():
     import matplotlib
 
     matplotlib.use("Agg")
