@@ -21,7 +21,7 @@ that uses it. Lower floors never import higher ones (``tests/test_layout.py``):
   ``training``, ``sweep``, ``timeline`` (DDP rebuilt step by step)
 * ``study`` (chapter 7): the scaling study, ``python -m companion.study``
 * ``elastic`` (chapter 8): ``snapshot``, ``sampler``, ``trainer``, ``cli``
-  (``python -m companion.elastic``), ``agents``, ``launchers``, ``seed003``
+  (``python -m companion.elastic``), ``agents``, ``launchers``, ``published_job``
 * ``troubleshoot`` (appendix A): bounded demonstrations of what goes wrong
 * ``bench``: benchmarks, ``python -m companion.bench --help``
 

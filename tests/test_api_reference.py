@@ -66,7 +66,7 @@ def test_each_package_expands_to_all_its_modules(extension):
 def test_module_data_in_all_gets_an_entry_of_its_own(extension):
     # autodoc skips module data without a #: comment; the extension lists it.
     assert "KINDS" in extension.public_data("companion.troubleshoot.hangs")
-    assert "diagnose" not in extension.public_data("companion.troubleshoot.hangs")
+    assert "diagnose_hang" not in extension.public_data("companion.troubleshoot.hangs")
     entry = "\n".join(extension._data("companion.troubleshoot.hangs", "KINDS"))
     assert ".. py:data:: KINDS" in entry and "``'skip'``" in entry
     entry = "\n".join(extension._data("companion.runtime.group", "MASTER_ADDR"))

@@ -4,18 +4,73 @@ Used in: every chapter that makes a speed claim. Each module of this package
 is one benchmark with a ``main(argv)``; every ratio it prints is measured in
 one run (both sides timed in the same process, interleaved), because
 machines are too noisy for numbers taken at different times to be compared.
+
+Every benchmark builds its command line with :func:`bench_parser` (the
+options they share are defined once, here) and its ``main(argv)`` is
+:func:`measure_and_report`: parse, ``measure(**options)``, print the
+settings and the ratios. Both are the package's own plumbing, not part of
+the API a reader calls.
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
-from typing import Callable
+from typing import Callable, Sequence
 
-from ..core.checks import check_int
+from ..core.checks import PROFILE_HELP, RawDefaultsHelp, check_int, positive_arg, profile_arg
 from ..core.devices import synchronize
 
 __all__ = ["time_median", "available"]
+
+# the options that several benchmarks take: flag -> (destination, type, help); defaults differ
+_SHARED = {
+    "--world-size": ("world_size", positive_arg(int), "processes"),
+    "--profile": ("profile", profile_arg, PROFILE_HELP),
+    "--model": ("model", str, "lenet, resnet18 or convnet (default: the profile's)"),
+    "--global-batch": ("global_batch", positive_arg(int), "global batch (default: the profile's)"),
+    "--devices": ("n_devices", positive_arg(int), "devices to split over"),
+    "--rounds": ("rounds", positive_arg(int), "timed rounds, every side in turn (median reported)"),
+    "--repeats": ("repeats", positive_arg(int), "timed repeats (median reported)"),
+    "--steps": ("steps", positive_arg(int), "steps per round"),
+}
+
+
+def bench_parser(name: str, doc: str, **defaults) -> argparse.ArgumentParser:
+    """The parser of ``python -m companion.bench NAME``, described by ``doc``.
+
+    Each keyword names a shared option by its destination (``world_size=2``,
+    ``rounds=5``, ``profile=None``, ...) and gives its default; the benchmark
+    adds its own options to the parser returned.
+    """
+    parser = argparse.ArgumentParser(
+        prog=f"python -m companion.bench {name}", description=doc, formatter_class=RawDefaultsHelp
+    )
+    by_dest = {dest: (flag, kind, text) for flag, (dest, kind, text) in _SHARED.items()}
+    for dest, default in defaults.items():
+        flag, kind, text = by_dest[dest]
+        metavar = flag[2:].upper().replace("-", "_")
+        parser.add_argument(flag, dest=dest, metavar=metavar, type=kind, default=default, help=text)
+    return parser
+
+
+def measure_and_report(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    measure: Callable[..., object],
+    report: Callable[[object], str],
+    heading: Callable[[dict, object], str] | None = None,
+) -> int:
+    """A benchmark's ``main``: parse ``argv``, ``seen = measure(**options)``, print
+    ``heading(options, seen)`` (the settings and hardware) and ``report(seen)`` (the
+    times and their ratios, measured in this one run); returns the exit status 0."""
+    options = vars(parser.parse_args(argv))
+    seen = measure(**options)
+    if heading is not None:
+        print(heading(options, seen))
+    print(report(seen))
+    return 0
 
 
 def time_median(

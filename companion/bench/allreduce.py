@@ -19,10 +19,11 @@ import torch.distributed as dist
 
 from ..collectives.allreduce import allreduce_ring_pipelined
 from ..collectives.costmodel import Measurement, measure_allreduce
-from ..core.checks import RawDefaultsHelp, positive_arg
+from ..core.checks import positive_arg
 from ..core.devices import hardware_label, synchronize
 from ..runtime.group import backend_for, rank_device
 from ..runtime.launcher import launch
+from . import bench_parser, measure_and_report
 
 ALGORITHMS = ("naive", "ring", "pipelined ring", "dist.all_reduce")
 RINGS = ("ring", "pipelined ring")
@@ -84,39 +85,40 @@ def ratios(row: dict[str, Measurement]) -> dict[str, float]:
     return found
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m companion.bench allreduce",
-        description=__doc__,
-        formatter_class=RawDefaultsHelp,
-    )
-    parser.add_argument(
-        "--world-size", type=positive_arg(int), default=2, help="processes"
-    )
-    parser.add_argument(
-        "--mb", type=positive_arg(float), nargs="+", default=[16, 64], help="sizes"
-    )
-    parser.add_argument(
-        "--repeats", type=positive_arg(int), default=9, help="timed rounds"
-    )
-    args = parser.parse_args(argv)
-    if min(args.mb) * 2**20 < 4:  # one float32
-        parser.error(f"--mb {min(args.mb)} is less than one float32 (4 bytes): give at least 4e-06")
-    results = measure(args.world_size, args.mb, args.repeats)
-    backend = backend_for(args.world_size)
-    print(f"all-reduce benchmark: {args.world_size} processes ({backend}), float32")
-    print(f"{hardware_label()}; median of {args.repeats} interleaved rounds")
+def report(results: dict[int, dict[str, Measurement]]) -> str:
+    """Each size's bus bandwidths and ratios, then the target's verdict per ring."""
+    lines = []
     for nbytes, row in sorted(results.items()):
         for name in ALGORITHMS:
             busbw = row[name].busbw / 1e9
-            print(
-                f"{nbytes / 2**20:>7g} MB  {name:<16} bus bandwidth {busbw:7.3f} GB/s"
-            )
-        print(" " * 11 + ", ".join(f"{k} {v:.2f}" for k, v in ratios(row).items()))
+            lines.append(f"{nbytes / 2**20:>7g} MB  {name:<16} bus bandwidth {busbw:7.3f} GB/s")
+        lines.append(" " * 11 + ", ".join(f"{k} {v:.2f}" for k, v in ratios(row).items()))
     for ring in RINGS:
-        worst = min(
-            ratios(row)[f"{ring} / dist.all_reduce"] for row in results.values()
-        )
+        worst = min(ratios(row)[f"{ring} / dist.all_reduce"] for row in results.values())
         verdict = "met" if worst >= 0.8 else "NOT met"
-        print(f"target {ring} >= 0.8 x dist.all_reduce: {verdict} (lowest {worst:.2f})")
-    return 0
+        lines.append(f"target {ring} >= 0.8 x dist.all_reduce: {verdict} (lowest {worst:.2f})")
+    return "\n".join(lines)
+
+
+def _megabytes(text: str) -> float:
+    """An argparse ``type``: a positive size in MB that holds at least one float32."""
+    mb = positive_arg(float)(text)
+    if mb * 2**20 < 4:
+        raise argparse.ArgumentTypeError(
+            f"--mb {mb} is less than one float32 (4 bytes): give at least 4e-06"
+        )
+    return mb
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser("allreduce", __doc__, world_size=2, repeats=9)
+    parser.add_argument("--mb", dest="megabytes", metavar="MB", type=_megabytes, nargs="+",
+                        default=[16, 64],
+                        help="sizes")
+
+    def heading(options: dict, _) -> str:
+        world_size = options["world_size"]
+        return (f"all-reduce benchmark: {world_size} processes ({backend_for(world_size)}), "
+                f"float32\n{hardware_label()}; median of {options['repeats']} interleaved rounds")
+
+    return measure_and_report(parser, argv, measure, report, heading)

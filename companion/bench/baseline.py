@@ -17,7 +17,6 @@ only what the loader costs.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from functools import partial
 
@@ -25,7 +24,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ..core.checks import PROFILE_HELP, RawDefaultsHelp, count_arg, positive_arg, profile_arg
+from ..core.checks import count_arg, positive_arg
 from ..core.data import ImageSet, load_data
 from ..core.devices import hardware_label, try_devices
 from ..core.loaders import DeviceLoader
@@ -33,6 +32,7 @@ from ..core.models import get_model
 from ..core.precision import MathMode, amp_train_step
 from ..core.profiles import get_profile
 from ..core.training import Timer, set_seed, train_epoch
+from . import bench_parser, measure_and_report
 
 TARGET = 0.6
 
@@ -68,9 +68,7 @@ def measure(
     loader = DataLoader(train_set, batch, shuffle=True, num_workers=workers)
     d2l_opt = torch.optim.SGD(d2l_net.parameters(), lr=profile.lr)
     mode = MathMode("auto", device, channels_last=device.type == "cuda")
-    ours = get_model(model).to(device)
-    if mode.channels_last:
-        ours.to(memory_format=torch.channels_last)
+    ours = mode.place(get_model(model), device)
     our_iter = DeviceLoader(train_set, batch, device, seed=0)
     our_opt = torch.optim.SGD(ours.parameters(), lr=profile.lr)
     step = partial(amp_train_step, mode=mode)
@@ -128,25 +126,7 @@ def report(seen: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m companion.bench baseline",
-        description=__doc__,
-        formatter_class=RawDefaultsHelp,
-    )
-    parser.add_argument("--profile", type=profile_arg, help=PROFILE_HELP)
-    parser.add_argument("--model", help="lenet or resnet18 (default: the profile's)")
-    parser.add_argument("--rounds", type=positive_arg(int), default=3, help="timed rounds")
-    parser.add_argument(
-        "--limit", type=positive_arg(int), help="use the first N images"
-    )
+    parser = bench_parser("baseline", __doc__, profile=None, model=None, rounds=3)
+    parser.add_argument("--limit", type=positive_arg(int), help="use the first N images")
     parser.add_argument("--workers", type=count_arg, default=4, help="DataLoader workers")
-    args = parser.parse_args(argv)
-    seen = measure(
-        args.profile,
-        model=args.model,
-        rounds=args.rounds,
-        limit=args.limit,
-        workers=args.workers,
-    )
-    print(report(seen))
-    return 0
+    return measure_and_report(parser, argv, measure, report)

@@ -11,7 +11,6 @@ size: above 1 means slower than one device.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import time
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..core.checks import PROFILE_HELP, RawDefaultsHelp, positive_arg, profile_arg
+from ..core.checks import positive_arg
 from ..core.data import load_data
 from ..core.devices import (
     describe_devices,
@@ -32,6 +31,7 @@ from ..core.models import get_model
 from ..core.profiles import get_profile
 from ..core.training import set_seed, train_step
 from ..dataparallel.rebuild import DataParallelByHand
+from . import bench_parser, measure_and_report
 
 BATCH_SIZES = (8, 32, 128, 512)
 
@@ -132,41 +132,18 @@ def report(rows: list[SweepRow]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m companion.bench dataparallel",
-        description=__doc__,
-        formatter_class=RawDefaultsHelp,
-    )
-    parser.add_argument(
-        "--profile", type=profile_arg, help=PROFILE_HELP
-    )
-    parser.add_argument(
-        "--batch-sizes", type=positive_arg(int), nargs="+", default=list(BATCH_SIZES),
-        help="global batch sizes",
-    )
-    parser.add_argument(
-        "--steps", type=positive_arg(int), default=6, help="minibatches per round"
-    )
-    parser.add_argument(
-        "--rounds",
-        type=positive_arg(int),
-        default=5,
-        help="passes over all batch sizes",
-    )
-    parser.add_argument(
-        "--devices", type=positive_arg(int), default=2, help="devices to split over"
-    )
-    args = parser.parse_args(argv)
-    profile = get_profile(args.profile)
-    rows = measure(
-        profile.name, tuple(args.batch_sizes), args.steps, args.rounds, args.devices
-    )
-    devices = describe_devices(try_devices(args.devices, verbose=False))
-    print(
+    parser = bench_parser("dataparallel", __doc__, profile=None, steps=6, rounds=5, n_devices=2)
+    parser.add_argument("--batch-sizes", type=positive_arg(int), nargs="+",
+                        default=list(BATCH_SIZES), help="global batch sizes")
+    return measure_and_report(parser, argv, measure, report, _heading)
+
+
+def _heading(options: dict, rows: list[SweepRow]) -> str:
+    profile = get_profile(options["profile"])
+    devices = describe_devices(try_devices(options["n_devices"], verbose=False))
+    return (
         f"dataparallel benchmark: profile '{profile.name}', {hardware_label()}, model "
-        f"{profile.model}, {args.rounds} rounds of {args.steps} steps per batch size\n"
+        f"{profile.model}, {options['rounds']} rounds of {options['steps']} steps per batch size\n"
         f"  devices: {devices}\n"
         f"  median ms per training step; ratio = wrapper / 1 device"
     )
-    print(report(rows))
-    return 0

@@ -10,7 +10,6 @@ the medians over rounds are printed with their ratios to DDP.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import statistics
 import time
@@ -22,13 +21,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..collectives.partition import average_gradients
 from ..core.batches import rank_batch_size
-from ..core.checks import PROFILE_HELP, RawDefaultsHelp, positive_arg, profile_arg
 from ..core.devices import hardware_label, synchronize
 from ..core.models import get_model
 from ..core.profiles import get_profile
 from ..core.training import set_seed
 from ..runtime.group import ddp_device_ids, rank_device
 from ..runtime.launcher import launch
+from . import bench_parser, measure_and_report
 
 METHODS = (
     "DDP",
@@ -145,33 +144,6 @@ def report(seen: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m companion.bench ddp",
-        description=__doc__,
-        formatter_class=RawDefaultsHelp,
-    )
-    parser.add_argument(
-        "--world-size", type=positive_arg(int), default=2, help="processes"
-    )
-    parser.add_argument("--profile", type=profile_arg, help=PROFILE_HELP)
-    parser.add_argument("--model", help="lenet, resnet18 or convnet (profile's)")
-    parser.add_argument(
-        "--global-batch", type=positive_arg(int), help="(the profile's batch)"
-    )
-    parser.add_argument(
-        "--rounds", type=positive_arg(int), default=5, help="timed rounds"
-    )
-    parser.add_argument(
-        "--steps", type=positive_arg(int), default=10, help="steps per round"
-    )
-    args = parser.parse_args(argv)
-    seen = measure(
-        args.world_size,
-        args.profile,
-        model=args.model,
-        global_batch=args.global_batch,
-        rounds=args.rounds,
-        steps=args.steps,
-    )
-    print(report(seen))
-    return 0
+    parser = bench_parser("ddp", __doc__, world_size=2, profile=None, model=None,
+                          global_batch=None, rounds=5, steps=10)
+    return measure_and_report(parser, argv, measure, report)

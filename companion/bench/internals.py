@@ -12,7 +12,6 @@ all-reduces timed in the same run.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
@@ -22,7 +21,7 @@ from torch.nn import functional as F
 
 from ..collectives.costmodel import fit_link, time_allreduce
 from ..core.batches import rank_batch_size
-from ..core.checks import PROFILE_HELP, RawDefaultsHelp, positive_arg, profile_arg
+from ..core.checks import positive_arg
 from ..core.devices import hardware_label, synchronize
 from ..core.profiles import get_profile
 from ..core.training import set_seed
@@ -30,6 +29,7 @@ from ..internals.sweep import bucket_sizes, get_bench_model, predict_step
 from ..internals.training import wrap
 from ..runtime.group import rank_device
 from ..runtime.launcher import launch
+from . import bench_parser, measure_and_report
 
 METHODS = ("torch DDP", "BucketedDDP", "HookedDDP", "NaiveDDP", "no communication")
 PHASES = ("forward", "backward", "finish", "optimizer")
@@ -215,35 +215,9 @@ def report(seen: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m companion.bench internals",
-        description=__doc__,
-        formatter_class=RawDefaultsHelp,
-    )
-    parser.add_argument("--world-size", type=positive_arg(int), default=2, help="processes")
-    parser.add_argument("--profile", type=profile_arg, help=PROFILE_HELP)
-    parser.add_argument("--model", help="model of the variants' comparison (profile's)")
-    parser.add_argument("--global-batch", type=positive_arg(int), help="(the profile's batch)")
-    parser.add_argument("--rounds", type=positive_arg(int), default=5, help="timed rounds")
-    parser.add_argument("--steps", type=positive_arg(int), default=5, help="steps per round")
+    parser = bench_parser("internals", __doc__, world_size=2, profile=None, model=None,
+                          global_batch=None, rounds=5, steps=5)
     parser.add_argument("--sweep-model", default="mlp", help="model of the bucket sweep (mlp)")
-    parser.add_argument(
-        "--caps",
-        type=positive_arg(float),
-        nargs="+",
-        default=list(CAPS),
-        help="bucket caps in MiB (0.1 1 5 25 100)",
-    )
-    args = parser.parse_args(argv)
-    seen = measure(
-        args.world_size,
-        args.profile,
-        model=args.model,
-        global_batch=args.global_batch,
-        rounds=args.rounds,
-        steps=args.steps,
-        sweep_model=args.sweep_model,
-        caps=args.caps,
-    )
-    print(report(seen))
-    return 0
+    parser.add_argument("--caps", type=positive_arg(float), nargs="+", default=list(CAPS),
+                        help="bucket caps in MiB (0.1 1 5 25 100)")
+    return measure_and_report(parser, argv, measure, report)

@@ -10,14 +10,13 @@ session also starts the server (one import of torch), and is shown apart.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 from ..collectives.tour import whoami
-from ..core.checks import RawDefaultsHelp, positive_arg
 from ..core.devices import hardware_label
 from ..runtime.launcher import launch
+from . import bench_parser, measure_and_report
 
 
 def _timed(world_size: int, start_method: str) -> float:
@@ -37,24 +36,23 @@ def measure(world_size: int = 2, repeats: int = 3) -> dict[str, float]:
     return {method: statistics.median(times) for method, times in seen.items()}
 
 
+def report(seen: tuple[float, dict[str, float]]) -> str:
+    """The first launch, each start method's median and their ratio."""
+    first, secs = seen
+    return "\n".join([
+        f"  first launch (starts the fork server)  {first:7.3f} s",
+        f"  forked from the fork server (median)   {secs['forkserver']:7.3f} s",
+        f"  spawned, importing torch (median)      {secs['spawn']:7.3f} s",
+        f"  spawn / forkserver: {secs['spawn'] / secs['forkserver']:.1f}x",
+    ])
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m companion.bench launch",
-        description=__doc__,
-        formatter_class=RawDefaultsHelp,
-    )
-    parser.add_argument(
-        "--world-size", type=positive_arg(int), default=2, help="workers"
-    )
-    parser.add_argument(
-        "--repeats", type=positive_arg(int), default=3, help="launches per method"
-    )
-    args = parser.parse_args(argv)
-    first = _timed(args.world_size, "forkserver")  # a fresh process: starts the server
-    secs = measure(args.world_size, args.repeats)
-    print(f"launch start-up: {args.world_size} workers, {hardware_label()}")
-    print(f"  first launch (starts the fork server)  {first:7.3f} s")
-    print(f"  forked from the fork server (median)   {secs['forkserver']:7.3f} s")
-    print(f"  spawned, importing torch (median)      {secs['spawn']:7.3f} s")
-    print(f"  spawn / forkserver: {secs['spawn'] / secs['forkserver']:.1f}x")
-    return 0
+    parser = bench_parser("launch", __doc__, world_size=2, repeats=3)
+
+    def first_then_measure(world_size: int, repeats: int):  # a fresh process: starts the server
+        return _timed(world_size, "forkserver"), measure(world_size, repeats)
+
+    return measure_and_report(parser, argv, first_then_measure, report,
+                              lambda options, _: f"launch start-up: {options['world_size']} "
+                                                 f"workers, {hardware_label()}")

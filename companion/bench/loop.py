@@ -9,20 +9,19 @@ minibatches. The two loops are timed in interleaved rounds, in one run.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
 import torch
 from torch import nn
 
-from ..core.checks import PROFILE_HELP, RawDefaultsHelp, positive_arg, profile_arg
 from ..core.data import load_data
 from ..core.devices import hardware_label, synchronize, try_devices
 from ..core.loaders import DeviceLoader, data_loader
 from ..core.models import get_model
 from ..core.profiles import get_profile
 from ..core.training import Timer, set_seed, train_step
+from . import bench_parser, measure_and_report
 
 
 def timed_epoch(net, iterator, loss_fn, opt, device) -> tuple[float, float]:
@@ -69,29 +68,23 @@ def measure(
     }
 
 
+def report(secs: dict[str, tuple[float, float]]) -> str:
+    """Per loop: the median seconds per epoch and loop efficiency."""
+    return "\n".join(
+        f"  {name:<16} {sec:8.4f} s/epoch   loop efficiency {eff:5.3f}"
+        for name, (sec, eff) in secs.items()
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m companion.bench loop",
-        description=__doc__,
-        formatter_class=RawDefaultsHelp,
-    )
-    parser.add_argument(
-        "--profile", type=profile_arg, help=PROFILE_HELP,
-    )
-    parser.add_argument(
-        "--rounds",
-        type=positive_arg(int),
-        default=5,
-        help="timed rounds per loop (median reported)",
-    )
-    args = parser.parse_args(argv)
-    profile = get_profile(args.profile)
-    secs = measure(profile.name, args.rounds)
-    print(
+    parser = bench_parser("loop", __doc__, profile=None, rounds=5)
+    return measure_and_report(parser, argv, measure, report, _heading)
+
+
+def _heading(options: dict, secs) -> str:
+    profile = get_profile(options["profile"])
+    return (
         f"loop benchmark: profile '{profile.name}', {hardware_label()}, "
         f"model {profile.model}, batch {profile.batch_size}, "
-        f"median of {args.rounds} epochs"
+        f"median of {options['rounds']} epochs"
     )
-    for name, (sec, eff) in secs.items():
-        print(f"  {name:<16} {sec:8.4f} s/epoch   loop efficiency {eff:5.3f}")
-    return 0

@@ -13,14 +13,12 @@ precision that produced them. Targets (CPU, 2 processes): ZeRO-3 / FSDP2
 
 from __future__ import annotations
 
-import argparse
-
-from ..core.checks import positive_arg
 from ..core.devices import hardware_label
 from ..core.profiles import get_profile
 from ..runtime.launcher import launch
 from ..sharding.memory import formula_bytes
 from ..sharding.measure import bench_worker
+from . import bench_parser, measure_and_report
 
 SIZES = {"ci": (96, 4, 32), "cpu": (480, 6, 64), "gpu": (1200, 8, 128)}  # width, depth, batch
 
@@ -68,15 +66,5 @@ def report(seen: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m companion.bench sharding",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--world-size", type=positive_arg(int), default=2, help="processes (2)")
-    parser.add_argument("--profile", help="ci, cpu or gpu (default: $BOOK_PROFILE)")
-    parser.add_argument("--rounds", type=positive_arg(int), default=3, help="timed rounds (3)")
-    parser.add_argument("--steps", type=positive_arg(int), default=10, help="steps per round (10)")
-    args = parser.parse_args(argv)
-    print(report(measure(args.world_size, args.profile, args.rounds, args.steps)))
-    return 0
+    parser = bench_parser("sharding", __doc__, world_size=2, profile=None, rounds=3, steps=10)
+    return measure_and_report(parser, argv, measure, report)

@@ -12,7 +12,6 @@ goes; the one-off cost of ``copy_replicas`` is measured apart.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..core.checks import PROFILE_HELP, RawDefaultsHelp, positive_arg, profile_arg
+from ..core.checks import positive_arg
 from ..core.data import load_data
 from ..core.devices import (
     describe_devices,
@@ -46,7 +45,7 @@ from ..split.naive import (
     split_batch,
     train_batch,
 )
-from . import time_median
+from . import bench_parser, measure_and_report, time_median
 
 PHASES = ("split_batch", "forward_backward", "allreduce_grads", "sgd")
 VERSIONS = {
@@ -185,31 +184,16 @@ def report(t: SplitTimes) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m companion.bench split",
-        description=__doc__,
-        formatter_class=RawDefaultsHelp,
-    )
-    parser.add_argument(
-        "--profile", type=profile_arg, help=PROFILE_HELP
-    )
-    parser.add_argument(
-        "--rounds", type=positive_arg(int), default=5, help="passes over the steps"
-    )
-    parser.add_argument(
-        "--steps", type=positive_arg(int), default=None, help="default: one epoch"
-    )
-    parser.add_argument(
-        "--devices", type=positive_arg(int), default=2, help="devices to split over"
-    )
-    args = parser.parse_args(argv)
-    profile = get_profile(args.profile)
-    t = measure(profile.name, args.rounds, args.steps, args.devices)
-    devices = describe_devices(try_devices(args.devices, verbose=False))
-    print(
+    parser = bench_parser("split", __doc__, profile=None, rounds=5, n_devices=2)
+    parser.add_argument("--steps", type=positive_arg(int), default=None, help="default: one epoch")
+    return measure_and_report(parser, argv, measure, report, _heading)
+
+
+def _heading(options: dict, t: SplitTimes) -> str:
+    profile = get_profile(options["profile"])
+    devices = describe_devices(try_devices(t.n_devices, verbose=False))
+    return (
         f"split benchmark: profile '{profile.name}', {hardware_label()}, model "
-        f"{profile.model}, global batch {t.batch_size}, {args.rounds} rounds of "
+        f"{profile.model}, global batch {t.batch_size}, {options['rounds']} rounds of "
         f"{t.steps} steps\n  devices: {devices}"
     )
-    print(report(t))
-    return 0

@@ -218,6 +218,11 @@ class MathMode:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.dtype)
 
+    def place(self, net: nn.Module, device: torch.device | str) -> nn.Module:
+        """``net`` moved to ``device``, in channels-last layout if the mode says so."""
+        net.to(device)
+        return net.to(memory_format=torch.channels_last) if self.channels_last else net
+
     def layout(self, t: torch.Tensor) -> torch.Tensor:
         if self.channels_last and t.dim() == 4:
             return t.contiguous(memory_format=torch.channels_last)

@@ -222,9 +222,7 @@ def train(
     device = torch.device(device) if device is not None else model_device(net)
     mode = MathMode(profile.precision if precision is None else precision, device,
                     profile.channels_last if channels_last is None else channels_last)
-    net.to(device)
-    if mode.channels_last:
-        net.to(memory_format=torch.channels_last)
+    mode.place(net, device)
     optimizer = torch.optim.SGD(net.parameters(), lr=lr if lr_schedule is None else lr_schedule(0))
     if warmup_steps:
         X, y = next(iter(train_iter))

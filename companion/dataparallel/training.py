@@ -2,7 +2,7 @@
 
 Used in: chapter 4.
 
-:func:`wrap` picks ``nn.DataParallel`` on distinct GPUs and
+:func:`wrap_dataparallel` picks ``nn.DataParallel`` on distinct GPUs and
 :class:`~companion.dataparallel.rebuild.DataParallelByHand` otherwise (no GPU, or
 virtual devices), and says which; :func:`train` trains the wrapped model with
 chapter 1's loop and returns one :class:`~companion.core.results.Record` per epoch.
@@ -21,10 +21,10 @@ from ..core.results import Record
 from ..core.training import train as train_one_device
 from .rebuild import DataParallelByHand, check_on_first_device
 
-__all__ = ["wrap", "train"]
+__all__ = ["wrap_dataparallel", "train"]
 
 
-def wrap(
+def wrap_dataparallel(
     net: nn.Module, devices: Sequence[Device], verbose: bool = True
 ) -> tuple[nn.Module, str]:
     """``(wrapped net, method)``: ``nn.DataParallel`` on distinct GPUs, else by hand.
@@ -65,7 +65,7 @@ def train(
     precision: str | None = None,
     channels_last: bool | None = None,
 ) -> list[Record]:
-    """d2l's concise multi-GPU training: :func:`wrap` ``net``, train as on one device.
+    """d2l's concise multi-GPU training: :func:`wrap_dataparallel` ``net``, train as on one device.
 
     The minibatches go to ``devices[0]`` and the wrapper scatters them; the loss
     is the mean over the gathered output, so uneven chunks need no weighting.
@@ -76,7 +76,7 @@ def train(
     """
     devices = as_devices(devices)
     net.to(devices[0])
-    dp_net, method = wrap(net, devices, verbose)
+    dp_net, method = wrap_dataparallel(net, devices, verbose)
     return train_one_device(
         dp_net,
         train_iter,

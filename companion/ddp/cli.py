@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from ..core.batches import rank_batch_size
 from ..core.checks import PROFILE_HELP, DefaultsHelp, positive_arg, profile_arg
-from ..core.data import load_data
+from ..core.data import Data, load_data
 from ..core.lines import say
 from ..core.models import get_model
 from ..core.profiles import get_profile
@@ -145,6 +145,17 @@ def _check_parents(option: str, path: str | None) -> None:
             return
 
 
+def load_data_rank0_first(profile) -> Data:
+    """The profile's data on every rank; rank 0 loads (or downloads) it first, alone."""
+    rank = dist.get_rank()
+    if rank != 0:
+        dist.barrier()
+    data = load_data(profile, verbose=rank == 0)
+    if rank == 0:
+        dist.barrier()
+    return data
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point in every process: check, join the group, train; rank 0 reports."""
     parser = build_parser()
@@ -158,11 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     rank = dist.get_rank()
     try:
         profile = get_profile(args.profile)
-        if rank != 0:
-            dist.barrier()  # rank 0 loads (or downloads) the data first, alone
-        data = load_data(profile, verbose=rank == 0)
-        if rank == 0:
-            dist.barrier()
+        data = load_data_rank0_first(profile)
         result = train_ddp(
             data,
             profile.name,

@@ -103,9 +103,7 @@ def setup_rank(
     train_iter = SampledLoader(data.train, sampler, cfg.per_rank_batch, device)
     mode = MathMode(cfg.precision, device, cfg.channels_last)
     set_seed(cfg.seed)
-    net = get_model(cfg.model).to(device)
-    if mode.channels_last:
-        net.to(memory_format=torch.channels_last)
+    net = mode.place(get_model(cfg.model), device)
     warm_up(net, *next(iter(train_iter)), cfg.lr)  # on a copy: one-off costs untimed
     net = wrap(net)
     optimizer = make_optimizer(net.parameters(), cfg.lr)

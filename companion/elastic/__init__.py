@@ -6,19 +6,19 @@ FILE`` runs :mod:`.cli`; :mod:`.snapshot` is what a restart needs,
 how a restarted worker rejoins, :mod:`.trainer` the training
 loop, :mod:`.agents` runs several torchrun agents from Python,
 :mod:`.launchers` and :mod:`.kubernetes` check the launch files in ``launch/``,
-and :mod:`.seed003`
+and :mod:`.published_job`
 the mistakes of a published torchrun job.
 """
 
 # Every module's public names, re-exported: ``from companion.elastic import ...``.
-from . import agents, cli, kubernetes, launchers, rendezvous, sampler, seed003, snapshot, trainer
+from . import agents, cli, kubernetes, launchers, published_job, rendezvous, sampler, snapshot, trainer
 from .agents import *  # noqa: F401,F403
 from .cli import *  # noqa: F401,F403
 from .kubernetes import *  # noqa: F401,F403
 from .launchers import *  # noqa: F401,F403
 from .rendezvous import *  # noqa: F401,F403
 from .sampler import *  # noqa: F401,F403
-from .seed003 import *  # noqa: F401,F403
+from .published_job import *  # noqa: F401,F403
 from .snapshot import *  # noqa: F401,F403
 from .trainer import *  # noqa: F401,F403
 
@@ -33,7 +33,7 @@ __all__ = list(
             *cli.__all__,
             *launchers.__all__,
             *kubernetes.__all__,
-            *seed003.__all__,
+            *published_job.__all__,
         ]
     )
 )

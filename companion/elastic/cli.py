@@ -26,12 +26,11 @@ import os
 import torch.distributed as dist
 
 from ..core.checks import DefaultsHelp, positive_arg
-from ..core.data import load_data
 from ..core.lines import say
 from ..core.profiles import get_profile
 from ..core.results import save_records, summarize
 from ..ddp.cli import build_parser as ddp_parser
-from ..ddp.cli import check_options
+from ..ddp.cli import check_options, load_data_rank0_first
 from ..ddp.config import DDPConfig
 from .rendezvous import join_elastic
 from .snapshot import load_snapshot
@@ -107,11 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     rank = dist.get_rank()
     try:
         profile = get_profile(args.profile)
-        if rank != 0:
-            dist.barrier()  # rank 0 loads (or downloads) the data first, alone
-        data = load_data(profile, verbose=rank == 0)
-        if rank == 0:
-            dist.barrier()
+        data = load_data_rank0_first(profile)
         cfg = DDPConfig(
             profile.name,
             args.model,

@@ -118,8 +118,14 @@ def _run_config(cfg: DDPConfig, opts: ElasticOptions, data: Data, world: int) ->
     }
 
 
-def _agree(snapshot: dict | None) -> None:
-    """Every rank must have loaded the same snapshot (storage that every node sees)."""
+def _load_agreed(path: str, config: dict) -> dict | None:
+    """The snapshot at ``path`` (``None``: none yet), checked against ``config``.
+
+    Every rank must have loaded the same snapshot (storage that every node sees).
+    """
+    snapshot = load_snapshot(path)
+    if snapshot is not None:
+        check_resumable(snapshot, config)
     where = None if snapshot is None else (snapshot["epoch"], snapshot["position"])
     seen: list = [None] * dist.get_world_size()
     dist.all_gather_object(seen, where)
@@ -128,6 +134,7 @@ def _agree(snapshot: dict | None) -> None:
             f"the ranks found different snapshots (epoch, position by rank: {seen}): "
             f"put the snapshot on storage that every node sees"
         )
+    return snapshot
 
 
 def _kill_if_asked(step: int) -> None:
@@ -163,10 +170,7 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
     world, opts = dist.get_world_size(), opts.check()
     cfg = _resolve(cfg, opts, world)
     config = _run_config(cfg, opts, data, world)
-    snapshot = load_snapshot(opts.snapshot)
-    if snapshot is not None:
-        check_resumable(snapshot, config)
-    _agree(snapshot)
+    snapshot = _load_agreed(opts.snapshot, config)
     sampler = ResumableSampler(data.train, world, dist.get_rank(), cfg.seed)
     momentum_sgd = partial(torch.optim.SGD, momentum=opts.momentum)
     run = setup_rank(data, cfg, "elastic DDP", wrap_ddp, momentum_sgd, sampler=sampler)

@@ -2,16 +2,16 @@
 
 :mod:`.naive` (all-reduce after backward, ``no_sync``), :mod:`.hooks` (one
 gradient hook and async all-reduce per parameter), :mod:`.buckets` (buckets,
-parameters that need care), :mod:`.care` (a model with tied, frozen and
+parameters that need care), :mod:`.tied_frozen_unused` (a model with tied, frozen and
 unused parameters), :mod:`.training` (steps and epochs with any of
 them), :mod:`.sweep` (bucket sizes and the alpha-beta model),
 :mod:`.timeline` (when each all-reduce ran).
 """
 
 # Every module's public names, re-exported: ``from companion.internals import ...``.
-from . import buckets, care, hooks, naive, sweep, timeline, training
+from . import buckets, hooks, naive, sweep, tied_frozen_unused, timeline, training
 from .buckets import *  # noqa: F401,F403
-from .care import *  # noqa: F401,F403
+from .tied_frozen_unused import *  # noqa: F401,F403
 from .hooks import *  # noqa: F401,F403
 from .naive import *  # noqa: F401,F403
 from .sweep import *  # noqa: F401,F403
@@ -24,7 +24,7 @@ __all__ = list(
             *naive.__all__,
             *hooks.__all__,
             *buckets.__all__,
-            *care.__all__,
+            *tied_frozen_unused.__all__,
             *training.__all__,
             *sweep.__all__,
             *timeline.__all__,

@@ -9,7 +9,7 @@ what each step produced (shapes and devices) and when it ran. The replica
 threads' start and end times are measured inside the threads: each replica
 is handed to ``parallel_apply`` wrapped in a callable that notes the time
 around the replica's call. Nothing in ``companion.dataparallel`` changes.
-:func:`draw_forward` draws the record.
+:func:`plot_forward` draws the record.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..core.devices import Device, as_devices
 from ..dataparallel.rebuild import gather, parallel_apply, replicate, scatter
 from .style import figure, rank_color
 
-__all__ = ["ForwardTrace", "record_forward", "draw_forward"]
+__all__ = ["ForwardTrace", "record_forward", "plot_forward"]
 
 Span = tuple[str, float, float]  # (what, start, end), seconds since the call began
 
@@ -124,7 +124,7 @@ def _box(ax, x: float, y: float, h: float, text: str, color: str) -> None:
     ax.text(x, y, text, ha="center", va="center", fontsize=8)
 
 
-def draw_forward(trace: ForwardTrace, title: str | None = None):
+def plot_forward(trace: ForwardTrace, title: str | None = None):
     """Top: the four steps as a flow, with shapes and devices; below: when each ran.
 
     The timeline has one row per thread: the calling thread's four steps,

@@ -7,8 +7,8 @@ processes, each rank starting from ``[1, 2, 3, ...] * 10**rank``, with the
 opt-in ``trace`` of :mod:`companion.collectives.trace` switched on. Every
 digit of a value then names a rank that contributed to it
 (:func:`contributors`): 303 at position 2 holds the values of ranks 0 and 2.
-:func:`draw_allreduce` draws the recorded steps as a grid, one row per step
-and one block of boxes per rank; :func:`rank_load` and :func:`draw_load` add
+:func:`plot_allreduce` draws the recorded steps as a grid, one row per step
+and one block of boxes per rank; :func:`rank_load` and :func:`plot_load` add
 up what each rank sent and received.
 """
 
@@ -29,8 +29,8 @@ __all__ = [
     "holdings",
     "row_labels",
     "rank_load",
-    "draw_allreduce",
-    "draw_load",
+    "plot_allreduce",
+    "plot_load",
 ]
 
 SENT, RECEIVED = "#d62728", "black"  # edge colours of the boxes that travelled
@@ -134,7 +134,7 @@ def _note(ax, s: Step, x0: float, y: float) -> None:
         ax.text(x0 + (a + b) / 2, y - 0.08, text, ha="center", va="top", fontsize=7)
 
 
-def draw_allreduce(traces: Sequence[Sequence[Step]], title: str | None = None):
+def plot_allreduce(traces: Sequence[Sequence[Step]], title: str | None = None):
     """The recorded all-reduce as a grid: rows are steps, each rank a block of boxes.
 
     ``traces`` comes from :func:`record_allreduce` (the shades decode its
@@ -213,7 +213,7 @@ def draw_allreduce(traces: Sequence[Sequence[Step]], title: str | None = None):
     return fig
 
 
-def draw_load(loads: dict[str, Sequence[tuple[Fraction, Fraction]]], title: str | None = None):
+def plot_load(loads: dict[str, Sequence[tuple[Fraction, Fraction]]], title: str | None = None):
     """Bars: what each rank sent, as a multiple of ``n``, per algorithm (:func:`rank_load`)."""
     fig, ax = figure(6.0, 3.0)
     names = list(loads)

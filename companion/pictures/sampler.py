@@ -7,7 +7,7 @@ rank, for several epochs, calling ``set_epoch`` before each epoch or, to show
 the mistake, never. :func:`eval_counts` counts how often each test sample is
 read by an unshuffled ``DistributedSampler`` (padded) and by
 :func:`~companion.ddp.sampling.eval_indices` (not padded).
-:func:`draw_orders` and :func:`draw_eval_counts` draw them.
+:func:`plot_orders` and :func:`plot_eval_counts` draw them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ..core.checks import check_int
 from ..ddp.sampling import eval_indices
 from .style import figure, rank_color
 
-__all__ = ["record_orders", "readers", "eval_counts", "draw_orders", "draw_eval_counts"]
+__all__ = ["record_orders", "readers", "eval_counts", "plot_orders", "plot_eval_counts"]
 
 Orders = list[list[list[int]]]  # orders[epoch][rank]: the indices that rank reads, in order
 
@@ -109,7 +109,7 @@ def _panel(ax, orders: Orders, n: int, title: str) -> None:
     ax.tick_params(length=0)
 
 
-def draw_orders(with_set_epoch: Orders, without: Orders, n: int, title: str | None = None):
+def plot_orders(with_set_epoch: Orders, without: Orders, n: int, title: str | None = None):
     """Two grids, epochs x samples: each cell coloured by the rank that reads the sample.
 
     The number in a cell is the sample's position in that rank's order. A
@@ -133,7 +133,7 @@ def draw_orders(with_set_epoch: Orders, without: Orders, n: int, title: str | No
     return fig
 
 
-def draw_eval_counts(counts: dict[str, list[list[int]]], title: str | None = None):
+def plot_eval_counts(counts: dict[str, list[list[int]]], title: str | None = None):
     """Stacked bars per test sample: how often each rank reads it, for each way."""
     fig, axes = figure(9.0, 2.8, ncols=len(counts), sharey=True)
     for ax, (way, per_rank) in zip(axes, counts.items()):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..collectives.partition import DataPartitioner
 from .style import figure, rank_color
 
-__all__ = ["shard_of", "draw_shards"]
+__all__ = ["shard_of", "plot_shards"]
 
 
 def shard_of(partitioner: DataPartitioner) -> list[int | None]:
@@ -25,7 +25,7 @@ def shard_of(partitioner: DataPartitioner) -> list[int | None]:
     return owner
 
 
-def draw_shards(partitioner: DataPartitioner, title: str | None = None):
+def plot_shards(partitioner: DataPartitioner, title: str | None = None):
     """One row per shard, a mark at each sample it holds; the samples left out below.
 
     The x axis is the sample's index in the data set; each mark is labelled

@@ -2,13 +2,13 @@
 
 Used in: chapter 2.
 
-:func:`record_step` runs one real :func:`~companion.split.naive.train_batch`
+:func:`trace_step` runs one real :func:`~companion.split.naive.train_batch`
 and records what it did through the phases that function takes as
 arguments: the shards that ``forward_backward`` received (which rows of the
 minibatch, on which device) and one parameter's gradient on every replica
 before and after ``allreduce_grads``. Nothing in ``companion.split`` changes;
 without the recording phases, the step is the chapter's own.
-:func:`draw_step` draws the record.
+:func:`plot_step` draws the record.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from torch import nn
 from ..split.naive import allreduce_grads, forward_backward, train_batch
 from .style import figure, rank_color, text_color
 
-__all__ = ["SplitTrace", "record_step", "draw_step"]
+__all__ = ["SplitTrace", "trace_step", "plot_step"]
 
 
 class SplitTrace(NamedTuple):
-    """One data-parallel step of chapter 2, as :func:`record_step` saw it."""
+    """One data-parallel step of chapter 2, as :func:`trace_step` saw it."""
 
     batch_size: int
     devices: list[str]  # the device of each shard
@@ -37,7 +37,7 @@ class SplitTrace(NamedTuple):
     loss: float  # the step's mean loss, as train_batch returns it
 
 
-def record_step(
+def trace_step(
     X: torch.Tensor,
     y: torch.Tensor,
     replicas: Sequence[nn.Module],
@@ -93,7 +93,7 @@ def record_step(
     )
 
 
-def draw_step(trace: SplitTrace, title: str | None = None):
+def plot_step(trace: SplitTrace, title: str | None = None):
     """Top: the minibatch's rows coloured by shard; below: the gradients, summed.
 
     The top strip has one cell per row of the minibatch, labelled with the

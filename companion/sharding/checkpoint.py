@@ -33,7 +33,7 @@ from torch.nn import functional as F
 
 from ..core.checks import check_choice, check_int
 from ..core.training import set_seed
-from ..internals.care import TiedFrozenUnused
+from ..internals.tied_frozen_unused import TiedFrozenUnused
 from ..runtime.group import rank_device
 from .library import fsdp2
 from .training import full_parameters

@@ -17,7 +17,7 @@ import torch
 from torch.nn import functional as F
 
 from ..core.training import set_seed
-from ..internals.care import TiedFrozenUnused
+from ..internals.tied_frozen_unused import TiedFrozenUnused
 from ..runtime.group import rank_device
 from .training import METHODS, full_parameters, shard
 

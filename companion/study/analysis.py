@@ -18,6 +18,12 @@ Time is what load on the machine disturbs, so every point keeps the fastest
 and slowest epoch of all its seeds, and every speed-up the range those allow.
 A speed-up whose range is wider than its distance from 1 says nothing about
 speed: the table marks it instead of printing an efficiency.
+
+Precision (and memory layout) is part of what a run computes: bf16 is faster
+and less exact than fp32, so a table that set one beside the other would
+credit the method with what the number format did. Every point names its
+precision, and :func:`aggregate` refuses records in two precisions unless
+``mix_precisions=True`` asks for that comparison.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ class Point:
     sec_min: float  # the fastest epoch of every seed
     sec_max: float  # the slowest
     scaling: str = "strong"
+    precision: str = "fp32"  # and memory layout, as in the records
     speedup: float = float("nan")
     efficiency: float = float("nan")
     speedup_min: float = float("nan")  # with the slowest epoch at k, the fastest at 1
@@ -69,16 +76,31 @@ def spread(values: Sequence[float]) -> tuple[float, float, float, float]:
     return mean(values), sd, min(values), max(values)
 
 
-def aggregate(records: Sequence[StudyRecord]) -> list[Point]:
-    """One :class:`Point` per (method, device count, global batch, lr rule, scaling), with speed-ups."""
+def one_precision(runs: Sequence, mix_precisions: bool = False) -> list[str]:
+    """The precisions of ``runs`` (records or points), sorted; two or more raise a
+    ``ValueError`` unless ``mix_precisions`` asks to compare them."""
+    found = sorted({r.precision for r in runs})
+    if len(found) > 1 and not mix_precisions:
+        raise ValueError(
+            f"these runs mix precisions {found}: a comparison across them measures the "
+            f"number format as much as the method; keep one precision (plan(..., "
+            f"precision=...)), or pass mix_precisions=True to compare them on purpose"
+        )
+    return found
+
+
+def aggregate(records: Sequence[StudyRecord], mix_precisions: bool = False) -> list[Point]:
+    """One :class:`Point` per (method, device count, global batch, lr rule, scaling,
+    precision), with speed-ups; records in two precisions need ``mix_precisions=True``."""
     if not records:
         raise ValueError("aggregate needs records: run a study or load one")
+    one_precision(records, mix_precisions)
     runs: dict[tuple, dict[int, list[StudyRecord]]] = {}
     for r in records:
-        key = (r.method, r.n_devices, r.global_batch, r.lr_rule, r.scaling)
+        key = (r.method, r.n_devices, r.global_batch, r.lr_rule, r.scaling, r.precision)
         runs.setdefault(key, {}).setdefault(r.seed, []).append(r)
     points = []
-    for (method, k, batch, rule, scaling), by_seed in runs.items():
+    for (method, k, batch, rule, scaling, precision), by_seed in runs.items():
         accs = [final_accuracy(run)[0] for run in by_seed.values()]
         epochs = [r for run in by_seed.values() for r in run]
         seconds = sum(r.sec_per_epoch for r in epochs)
@@ -87,7 +109,7 @@ def aggregate(records: Sequence[StudyRecord]) -> list[Point]:
         points.append(
             Point(
                 method=method, n_devices=k, global_batch=batch, lr_rule=rule, scaling=scaling,
-                seeds=len(by_seed), sec_per_epoch=seconds / len(epochs),
+                precision=precision, seeds=len(by_seed), sec_per_epoch=seconds / len(epochs),
                 samples_per_sec=samples / seconds, **acc,
                 sec_min=min(r.sec_per_epoch for r in epochs),
                 sec_max=max(r.sec_per_epoch for r in epochs),
@@ -100,13 +122,13 @@ def _base_key(p: Point) -> tuple:
     """What a point's 1-device base shares with it: the global batch, or in weak scaling
     the per-device batch."""
     batch = p.global_batch // p.n_devices if p.scaling == "weak" else p.global_batch
-    return p.method, p.lr_rule, p.scaling, batch
+    return p.method, p.lr_rule, p.scaling, p.precision, batch
 
 
 def speedups(points: Sequence[Point]) -> list[Point]:
     """``points`` with speed-up and efficiency against their 1-device base.
 
-    The base is the same method and lr rule on 1 device with the same global
+    The base is the same method, lr rule and precision on 1 device with the same global
     batch (strong scaling) or per-device batch (weak scaling); a point without
     one gets none (NaN).
     """
@@ -123,7 +145,7 @@ def speedups(points: Sequence[Point]) -> list[Point]:
         high = s * (p.sec_per_epoch / p.sec_min) * (one.sec_max / one.sec_per_epoch)
         out.append(Point(**{**p.__dict__, "speedup": s, "efficiency": s / p.n_devices,
                             "speedup_min": low, "speedup_max": high}))
-    return sorted(out, key=lambda p: (p.method, p.lr_rule, p.n_devices, p.global_batch))
+    return sorted(out, key=lambda p: (p.method, p.precision, p.lr_rule, p.n_devices, p.global_batch))
 
 
 def table(points: Sequence[Point]) -> str:
@@ -132,11 +154,13 @@ def table(points: Sequence[Point]) -> str:
     s/epoch is the mean with the fastest and slowest epoch; the speed-up
     (samples per second over 1 device's) has its range; "noise" replaces the
     efficiency where that range is wider than the speed-up's distance from 1.
-    A standard deviation is shown only over two seeds or more.
+    A standard deviation is shown only over two seeds or more. The last
+    column is the precision.
     """
     head = (
         f"{'method':<12}{'devices':>8}{'batch':>6}{'lr rule':>8}{'seeds':>6}"
         f"{'test acc':>9}{'(sd)':>8}{'s/epoch':>8}{'[min-max]':>14}{'speed-up':>9}{'effic.':>7}"
+        f"  precision"
     )
     lines = [head]
     for p in points:
@@ -146,5 +170,6 @@ def table(points: Sequence[Point]) -> str:
             f"{p.method:<12}{p.n_devices:>8}{p.global_batch:>6}{p.lr_rule:>8}{p.seeds:>6}"
             f"{p.acc_mean:>9.3f}{sd:>8}{p.sec_per_epoch:>8.3f}"
             f"{f'[{p.sec_min:.2f}-{p.sec_max:.2f}]':>14}{p.speedup:>9.2f}{effic:>7}"
+            f"  {p.precision}"
         )
     return "\n".join(lines)

@@ -1,6 +1,8 @@
 """Seed 002's experiment as published, and what confounds its comparison.
 
-Used in: chapter 7.
+Used in: chapter 7. "Seed 002" is the book's second source page (d2l's concise
+multi-GPU section), not a random seed; ``*_as_published`` names are its code
+as that page publishes it.
 
 d2l's concise multi-GPU section trains ResNet-18 on Fashion-MNIST on 1 GPU
 (batch 256, lr 0.1), then on 2 GPUs (batch 512, lr 0.2), and compares the
@@ -8,7 +10,7 @@ last epoch's test accuracy. Its PyTorch ``train(net, num_gpus, batch_size,
 lr)`` receives one ``net`` built once, outside, and re-initialises only the
 weights of its ``Linear`` and ``Conv2d`` layers: their biases, and every
 BatchNorm scale, shift and running statistic, carry over from the previous
-call. :func:`seed002_train` does the same, on chapter 4's DataParallel;
+call. :func:`train_as_published` does the same, on chapter 4's DataParallel;
 :func:`carried_over` names what survives the re-initialisation. Chapter 7
 then repeats the comparison with a fresh model per run and several seeds.
 """
@@ -23,16 +25,16 @@ from ..core.loaders import load_iters
 from ..core.results import Record
 from ..dataparallel.training import train as train_dataparallel
 
-__all__ = ["carried_over", "init_weights_seed002", "seed002_train"]
+__all__ = ["carried_over", "init_weights_as_published", "train_as_published"]
 
 
-def init_weights_seed002(m: nn.Module) -> None:
+def init_weights_as_published(m: nn.Module) -> None:
     """Seed 002's ``init_weights``: normal(0, 0.01) weights for Linear and Conv2d only."""
     if type(m) in (nn.Linear, nn.Conv2d):
         nn.init.normal_(m.weight, std=0.01)
 
 
-def seed002_train(
+def train_as_published(
     net: nn.Module,
     n_devices: int,
     data: Data,
@@ -49,7 +51,7 @@ def seed002_train(
     the next run.
     """
     devices = try_devices(n_devices, verbose=False)
-    net.apply(init_weights_seed002)
+    net.apply(init_weights_as_published)
     train_iter, test_iter = load_iters(data, batch_size, devices[0], seed=seed)
     return train_dataparallel(
         net,
@@ -66,7 +68,7 @@ def seed002_train(
 
 
 def carried_over(net: nn.Module) -> dict[str, int]:
-    """What :func:`init_weights_seed002` leaves as it was: tensors and scalars, by kind."""
+    """What :func:`init_weights_as_published` leaves as it was: tensors and scalars, by kind."""
     reset = {id(m.weight) for m in net.modules() if type(m) in (nn.Linear, nn.Conv2d)}
     kept = [p for p in net.parameters() if id(p) not in reset]
     buffers = [b for b in net.buffers() if b.is_floating_point()]

@@ -69,10 +69,13 @@ def plan(
     lr_rule: str = "none",
     profile: str = "ci",
     warmup_epochs: int = 1,
+    precision: str = "fp32",
 ) -> list[tuple[str, RunSpec]]:
     """Every ``(method, RunSpec)`` of the study, method by method, then devices, seeds.
 
-    ``warmup_epochs`` is the length of the warm-up of ``lr_rule="warmup"``.
+    ``warmup_epochs`` is the length of the warm-up of ``lr_rule="warmup"``;
+    ``precision`` is every run's (one study, one precision: a method that
+    cannot compute in it refuses).
     """
     _check_plan(methods, device_counts, seeds, scaling, lr_rule, data)
     runs = []
@@ -81,19 +84,9 @@ def plan(
             global_batch = batch if scaling == "strong" else batch * k
             run_lr = scaled_lr(lr, k, lr_rule)
             for seed in seeds:
-                spec = RunSpec(
-                    data,
-                    model,
-                    k,
-                    global_batch,
-                    run_lr,
-                    epochs,
-                    seed,
-                    profile,
-                    base_lr=lr,
-                    lr_rule=lr_rule,
-                    warmup_epochs=warmup_epochs,
-                )
+                spec = RunSpec(data=data, model=model, n_devices=k, global_batch=global_batch,
+                               lr=run_lr, epochs=epochs, seed=seed, profile=profile, base_lr=lr,
+                               lr_rule=lr_rule, warmup_epochs=warmup_epochs, precision=precision)
                 runs.append((name, spec))
     return runs
 

@@ -125,12 +125,19 @@ def run_method(name: str, spec: RunSpec) -> list[Record]:
     return [replace(r, method=name) for r in method.run(spec)]
 
 
-def _fresh(spec: RunSpec, device):
-    """The seeded model and iterators of a one-process run."""
+def _in_one_process(spec: RunSpec, train: Callable, count: int, **options) -> list[Record]:
+    """``train(net, train_iter, test_iter, devices, ...)`` on a fresh seeded model and
+    ``count`` devices of this process, with the iterators, lr and labels of ``spec``
+    (``lr_schedule=True``: the spec's schedule)."""
+    devices = try_devices(count, verbose=False)
     set_seed(spec.seed)
-    net = get_model(spec.model).to(device)
-    train_iter, test_iter = load_iters(spec.data, spec.global_batch, device, seed=spec.seed)
-    return net, train_iter, test_iter
+    net = get_model(spec.model).to(devices[0])
+    train_iter, test_iter = load_iters(spec.data, spec.global_batch, devices[0], seed=spec.seed)
+    if options.pop("lr_schedule", False):
+        options["lr_schedule"] = _schedule(spec, len(train_iter))
+    return train(net, train_iter, test_iter, devices, epochs=spec.epochs, lr=spec.lr,
+                 profile=spec.profile, model_name=spec.model, dataset=spec.data.name,
+                 precision=spec.precision, **options)
 
 
 def _schedule(spec: RunSpec, steps_per_epoch: int) -> Callable[[int], float]:
@@ -142,42 +149,16 @@ def _schedule(spec: RunSpec, steps_per_epoch: int) -> Callable[[int], float]:
 
 def run_reference(spec: RunSpec) -> list[Record]:
     """One device on the whole global batch: what every method must match."""
-    device = try_devices(1, verbose=False)[0]
-    net, train_iter, test_iter = _fresh(spec, device)
-    return train_one_device(
-        net,
-        train_iter,
-        test_iter,
-        epochs=spec.epochs,
-        lr=spec.lr,
-        method="1 device, global batch",
-        n_devices=spec.n_devices,
-        profile=spec.profile,
-        model_name=spec.model,
-        dataset=spec.data.name,
-        precision=spec.precision,
-        channels_last=False,
-        lr_schedule=_schedule(spec, len(train_iter)),
-    )
+    def one_device(net, train_iter, test_iter, devices, **options) -> list[Record]:
+        return train_one_device(net, train_iter, test_iter, device=devices[0], **options)
+
+    return _in_one_process(spec, one_device, 1, method="1 device, global batch",
+                           n_devices=spec.n_devices, channels_last=False, lr_schedule=True)
 
 
 def run_split(spec: RunSpec) -> list[Record]:
     """Chapter 2: one process splits each global batch over ``n_devices`` devices."""
-    devices = try_devices(spec.n_devices, verbose=False)
-    net, train_iter, test_iter = _fresh(spec, devices[0])
-    return train_split(
-        net,
-        train_iter,
-        test_iter,
-        devices,
-        epochs=spec.epochs,
-        lr=spec.lr,
-        profile=spec.profile,
-        model_name=spec.model,
-        dataset=spec.data.name,
-        precision=spec.precision,
-        lr_schedule=_schedule(spec, len(train_iter)),
-    )
+    return _in_one_process(spec, train_split, spec.n_devices, lr_schedule=True)
 
 
 def run_processes(worker: Callable, spec: RunSpec) -> list[Record]:
@@ -206,22 +187,8 @@ def run_allreduce(spec: RunSpec) -> list[Record]:
 
 def run_dataparallel(spec: RunSpec) -> list[Record]:
     """Chapter 4: ``nn.DataParallel`` (or its rebuild without distinct GPUs)."""
-    devices = try_devices(spec.n_devices, verbose=False)
-    net, train_iter, test_iter = _fresh(spec, devices[0])
-    return train_dataparallel(
-        net,
-        train_iter,
-        test_iter,
-        devices,
-        epochs=spec.epochs,
-        lr=spec.lr,
-        profile=spec.profile,
-        model_name=spec.model,
-        dataset=spec.data.name,
-        verbose=False,
-        precision=spec.precision,
-        channels_last=False,
-    )
+    return _in_one_process(spec, train_dataparallel, spec.n_devices, verbose=False,
+                           channels_last=False)
 
 
 def run_ddp(spec: RunSpec) -> list[Record]:

@@ -2,14 +2,16 @@
 
 Used in: chapter 7. Every function takes the :class:`~companion.study.analysis.Point`
 list of :func:`~companion.study.analysis.aggregate` and returns the figure;
-the title names the hardware and profile of the records.
+the title names the hardware and profile of the records, the legend their
+precision. Points in two precisions are refused unless ``mix_precisions=True``;
+then each line's label names its precision.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .analysis import Point
+from .analysis import Point, one_precision
 
 __all__ = ["plot_lr_scaling", "plot_speedup", "plot_study"]
 
@@ -23,7 +25,15 @@ def _by(points: Sequence[Point], key) -> dict:
     return {k: sorted(v, key=lambda p: (p.n_devices, p.global_batch)) for k, v in groups.items()}
 
 
-def _finish(fig, axes, title: str, xlabel: str, xs=None, log2=False):
+def _line(points: Sequence[Point], mix_precisions: bool):
+    """What names a line: the method, with its precision when the points mix two."""
+    precisions = one_precision(points, mix_precisions)
+    if len(precisions) > 1:
+        return precisions, lambda p: f"{p.method} ({p.precision})"
+    return precisions, lambda p: p.method
+
+
+def _finish(fig, axes, title: str, xlabel: str, precisions, xs=None, log2=False):
     for ax in axes:
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
@@ -31,7 +41,7 @@ def _finish(fig, axes, title: str, xlabel: str, xs=None, log2=False):
             ax.set_xscale("log", base=2)
         if xs:
             ax.set_xticks(sorted(xs), [str(x) for x in sorted(xs)])
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, title=f"precision: {' / '.join(precisions)}", title_fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
@@ -46,12 +56,13 @@ def _accuracy_axis(ax, points: Sequence[Point], least: float = 0.2) -> None:
     ax.set_ylim(min(low, 1.0 - least), max(high, least))
 
 
-def plot_study(points: Sequence[Point], title: str = ""):
+def plot_study(points: Sequence[Point], title: str = "", mix_precisions: bool = False):
     """Test accuracy (mean, bar: lowest to highest seed) and s/epoch against devices."""
     import matplotlib.pyplot as plt
 
+    precisions, name = _line(points, mix_precisions)
     fig, (ax_acc, ax_time) = plt.subplots(1, 2, figsize=(9, 3.4))
-    groups = _by([p for p in points if p.method != "reference"], lambda p: p.method)
+    groups = _by([p for p in points if p.method != "reference"], name)
     for i, (method, ps) in enumerate(groups.items()):
         marker, dash = _STYLES[i % len(_STYLES)]
         xs = [p.n_devices + 0.06 * (i - (len(groups) - 1) / 2) for p in ps]
@@ -67,19 +78,20 @@ def plot_study(points: Sequence[Point], title: str = ""):
     ax_time.set_ylabel("seconds per epoch\n(mean, bar: fastest to slowest)")
     ax_time.set_ylim(bottom=0)
     counts = {p.n_devices for p in points}
-    return _finish(fig, (ax_acc, ax_time), title, "number of devices", counts)
+    return _finish(fig, (ax_acc, ax_time), title, "number of devices", precisions, counts)
 
 
-def plot_speedup(points: Sequence[Point], title: str = ""):
+def plot_speedup(points: Sequence[Point], title: str = "", mix_precisions: bool = False):
     """Speed-up and scaling efficiency against devices, with the ideal line."""
     import matplotlib.pyplot as plt
 
+    precisions, name = _line(points, mix_precisions)
     fig, (ax_s, ax_e) = plt.subplots(1, 2, figsize=(9, 3.4))
     measured = [p for p in points if p.speedup == p.speedup]  # not NaN
     counts = sorted({p.n_devices for p in measured})
     ax_s.plot(counts, counts, color="gray", linestyle=":", label="ideal")
     ax_e.plot(counts, [1.0] * len(counts), color="gray", linestyle=":", label="ideal")
-    for i, (method, ps) in enumerate(_by(measured, lambda p: p.method).items()):
+    for i, (method, ps) in enumerate(_by(measured, name).items()):
         marker, dash = _STYLES[i % len(_STYLES)]
         ks = [p.n_devices for p in ps]
         spans = [[q.speedup - q.speedup_min for q in ps], [q.speedup_max - q.speedup for q in ps]]
@@ -90,16 +102,19 @@ def plot_speedup(points: Sequence[Point], title: str = ""):
     ax_e.set_ylabel("scaling efficiency\n(speed-up / devices)")
     ax_s.set_ylim(bottom=0)
     ax_e.set_ylim(0, 1.1)
-    return _finish(fig, (ax_s, ax_e), title, "number of devices", counts)
+    return _finish(fig, (ax_s, ax_e), title, "number of devices", precisions, counts)
 
 
-def plot_lr_scaling(points: Sequence[Point], title: str = ""):
+def plot_lr_scaling(points: Sequence[Point], title: str = "", mix_precisions: bool = False):
     """Test accuracy against the global batch, one line per learning-rate rule."""
     import matplotlib.pyplot as plt
 
+    precisions, _ = _line(points, mix_precisions)
+    mixed = len(precisions) > 1
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
     batches = {p.global_batch for p in points}
-    for i, (rule, ps) in enumerate(_by(points, lambda p: p.lr_rule).items()):
+    groups = _by(points, lambda p: f"{p.lr_rule} ({p.precision})" if mixed else p.lr_rule)
+    for i, (rule, ps) in enumerate(groups.items()):
         marker, dash = _STYLES[i % len(_STYLES)]
         ps = sorted(ps, key=lambda p: p.global_batch)
         err = [[p.acc_mean - p.acc_min for p in ps], [p.acc_max - p.acc_mean for p in ps]]
@@ -113,4 +128,4 @@ def plot_lr_scaling(points: Sequence[Point], title: str = ""):
             label=f"lr rule: {rule}",
         )
     ax.set_ylabel("test accuracy\n(mean over seeds, bar: range)")
-    return _finish(fig, (ax,), title, "global batch (log scale)", batches, log2=True)
+    return _finish(fig, (ax,), title, "global batch (log scale)", precisions, batches, log2=True)

@@ -14,7 +14,7 @@ that starts the processes (``TORCH_DISTRIBUTED_DEBUG=DETAIL torchrun ...``).
 
 :func:`mismatched` is the worker: rank 0 all-reduces a tensor while rank 1
 does something else (``kind``). It runs on a group of its own with a short
-timeout, so every demonstration ends within seconds. :func:`diagnose` runs
+timeout, so every demonstration ends within seconds. :func:`diagnose_hang` runs
 it under one debug level and returns what each rank saw.
 """
 
@@ -32,7 +32,7 @@ import torch.distributed as dist
 from ..runtime.launcher import LaunchError, launch
 from .environment import captured_stderr, temporary_env
 
-__all__ = ["KINDS", "DEBUG_LEVELS", "mismatched", "diagnose"]
+__all__ = ["KINDS", "DEBUG_LEVELS", "mismatched", "diagnose_hang"]
 
 KINDS = {
     "op": "rank 1 broadcasts while rank 0 all-reduces",
@@ -86,7 +86,7 @@ def _check(kind: str, timeout: float) -> None:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
 
 
-def diagnose(kind: str, debug: str = "OFF", timeout: float = 2.0) -> list[dict] | str:
+def diagnose_hang(kind: str, debug: str = "OFF", timeout: float = 2.0) -> list[dict] | str:
     """Run :func:`mismatched` on 2 ranks with ``TORCH_DISTRIBUTED_DEBUG=debug``.
 
     Returns each rank's dict, or, when a rank died (gloo aborts a process

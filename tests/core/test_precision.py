@@ -74,6 +74,19 @@ def test_best_precision_is_fp32_on_the_cpu_and_bad_names_are_refused():
         MathMode("fp8", "cpu")
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_place_moves_the_model_and_stores_convolutions_in_the_mode_s_layout(channels_last):
+    from companion.core import MathMode
+
+    net = lenet()
+    assert MathMode("fp32", "cpu", channels_last).place(net, "cpu") is net
+    # a convolution with several input channels: for one, both layouts are the same memory
+    conv = next(m for m in net.modules() if isinstance(m, torch.nn.Conv2d) and m.in_channels > 1)
+    assert conv.weight.device.type == "cpu"
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last) == channels_last
+    assert conv.weight.is_contiguous() != channels_last
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_trains_to_within_a_stated_tolerance_of_fp32(device, precision):
     """Same data, same start: after 2 epochs the loss and accuracy stay close to fp32's."""

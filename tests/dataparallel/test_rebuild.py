@@ -13,7 +13,7 @@ from companion.core import ImageSet, load_mnist_sample
 from companion.dataparallel import (GATHER_SCALAR_WARNING, DataParallelByHand, ReplicaError,
     check_on_first_device, chunk_sizes, gather, parallel_apply, replicate, scatter)
 from companion.core import as_devices
-from companion.dataparallel import train, wrap
+from companion.dataparallel import train, wrap_dataparallel
 from companion.core import lenet
 from companion.core import Record
 from companion.core import set_seed, train_step
@@ -297,7 +297,7 @@ def test_without_cuda_nn_dataparallel_calls_the_module_on_one_device(capsys):
     assert dp.device_ids == []
     X, _ = batch(4)
     torch.testing.assert_close(dp(X), net(X))
-    wrapped, method = wrap(net, cpus(2))
+    wrapped, method = wrap_dataparallel(net, cpus(2))
     assert isinstance(wrapped, DataParallelByHand) and method == "DataParallel by hand (no GPU)"
     assert "device_ids = []" in capsys.readouterr().out
 
@@ -338,7 +338,7 @@ def test_on_one_gpu_equals_nn_dataparallel_and_virtual_devices_agree():
     out = DataParallelByHand(by_hand, ["cuda:0", "cuda:0", "cuda:0"])(X)
     nn.functional.cross_entropy(out, y).backward()
     torch.testing.assert_close(grads(by_hand), grads(torch_dp))
-    assert isinstance(wrap(net, [0], verbose=False)[0], nn.DataParallel)
+    assert isinstance(wrap_dataparallel(net, [0], verbose=False)[0], nn.DataParallel)
 
 
 @pytest.mark.multigpu

@@ -5,7 +5,7 @@ import torch
 
 from companion.core import lenet, set_seed
 from companion.dataparallel import DataParallelByHand
-from companion.pictures import MAX_WIDTH, draw_forward, record_forward
+from companion.pictures import MAX_WIDTH, plot_forward, record_forward
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -46,7 +46,7 @@ def test_one_chunk_is_refused():
 
 def test_the_figure_fits_the_page():
     _, trace = record_forward(lenet(), torch.rand(6, 1, 28, 28), ["cpu"] * 2)
-    fig = draw_forward(trace)
+    fig = plot_forward(trace)
     flow, clock = fig.axes
     assert fig.get_size_inches()[0] <= MAX_WIDTH and clock.get_xlabel()
     assert [t.get_text() for t in flow.get_xticklabels()][1] == "1. scatter"

@@ -4,7 +4,7 @@ from fractions import Fraction
 import matplotlib
 import pytest
 
-from companion.pictures import (MAX_WIDTH, contributors, draw_allreduce, draw_load, holdings,
+from companion.pictures import (MAX_WIDTH, contributors, plot_allreduce, plot_load, holdings,
     rank_load, record_allreduce, row_labels, timeline)
 
 matplotlib.use("Agg")
@@ -58,12 +58,12 @@ def test_rank_load_in_multiples_of_n(runs):
 
 def test_figures_fit_the_page_and_are_labelled(runs):
     for name, traces in runs.items():
-        fig = draw_allreduce(traces, title=name)
+        fig = plot_allreduce(traces, title=name)
         ax = fig.axes[0]
         assert fig.get_size_inches()[0] <= MAX_WIDTH
         assert [t.get_text() for t in ax.get_xticklabels()] == [f"rank {r}" for r in range(4)]
         assert ax.get_legend() is not None and ax.get_title() == name
         plt.close(fig)
-    fig = draw_load({name: rank_load(t) for name, t in runs.items()})
+    fig = plot_load({name: rank_load(t) for name, t in runs.items()})
     assert fig.axes[0].get_ylabel() and len(fig.axes[0].get_legend().get_texts()) == 3
     plt.close(fig)

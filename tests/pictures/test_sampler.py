@@ -3,7 +3,7 @@ import matplotlib
 import pytest
 
 from companion.ddp import sampler_indices
-from companion.pictures import (MAX_WIDTH, draw_eval_counts, draw_orders, eval_counts, readers,
+from companion.pictures import (MAX_WIDTH, plot_eval_counts, plot_orders, eval_counts, readers,
     record_orders)
 
 matplotlib.use("Agg")
@@ -36,11 +36,11 @@ def test_bad_sizes_are_refused():
 
 
 def test_figures_fit_the_page():
-    fig = draw_orders(record_orders(10, 3, 2), record_orders(10, 3, 2, set_epoch=False), 10)
+    fig = plot_orders(record_orders(10, 3, 2), record_orders(10, 3, 2, set_epoch=False), 10)
     assert fig.get_size_inches()[0] <= MAX_WIDTH and fig.axes[1].get_xlabel()
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["epoch 0", "epoch 1"]
     plt.close(fig)
-    fig = draw_eval_counts(eval_counts(10, 3))
+    fig = plot_eval_counts(eval_counts(10, 3))
     assert fig.get_size_inches()[0] <= MAX_WIDTH and fig.axes[0].get_ylabel()
     assert fig.axes[-1].get_legend() is not None
     plt.close(fig)

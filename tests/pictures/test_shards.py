@@ -3,7 +3,7 @@ import matplotlib
 import pytest
 
 from companion.collectives import DataPartitioner
-from companion.pictures import MAX_WIDTH, draw_shards, shard_of
+from companion.pictures import MAX_WIDTH, plot_shards, shard_of
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -27,7 +27,7 @@ def test_shard_of_catches_a_sample_in_two_shards():
 
 
 def test_the_figure_fits_the_page():
-    fig = draw_shards(DataPartitioner.even(range(30), 4))
+    fig = plot_shards(DataPartitioner.even(range(30), 4))
     ax = fig.axes[0]
     assert fig.get_size_inches()[0] <= MAX_WIDTH and ax.get_xlabel()
     assert [t.get_text() for t in ax.get_yticklabels()][-1] == "left out"

@@ -1,10 +1,10 @@
-"""Chapter 2's picture: record_step is train_batch itself, and records the real split and sum."""
+"""Chapter 2's picture: trace_step is train_batch itself, and records the real split and sum."""
 import matplotlib
 import pytest
 import torch
 
 from companion.core import lenet, set_seed
-from companion.pictures import MAX_WIDTH, draw_step, record_step
+from companion.pictures import MAX_WIDTH, plot_step, trace_step
 from companion.split import copy_replicas, train_batch
 
 matplotlib.use("Agg")
@@ -26,7 +26,7 @@ def test_recording_changes_nothing_and_sees_the_split_and_the_sum(device, k):
     net = lenet().to(device)
     plain, recorded = copy_replicas(net, devices), copy_replicas(net, devices)
     loss = train_batch(X, y, plain, devices, lr=0.1)
-    step = record_step(X, y, recorded, devices, lr=0.1)
+    step = trace_step(X, y, recorded, devices, lr=0.1)
     for a, b in zip(plain, recorded):  # the same step, bit for bit
         assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
     assert step.loss == float(loss)
@@ -45,14 +45,14 @@ def test_an_unknown_parameter_is_refused():
     net = lenet()
     X, y = batch("cpu")
     with pytest.raises(ValueError, match="has no parameter 'bias'"):
-        record_step(X, y, copy_replicas(net, ["cpu"]), ["cpu"], 0.1, param="bias")
+        trace_step(X, y, copy_replicas(net, ["cpu"]), ["cpu"], 0.1, param="bias")
 
 
 def test_the_figure_fits_the_page():
     devices = ["cpu"] * 3
     X, y = batch("cpu")
-    step = record_step(X, y, copy_replicas(lenet(), devices), devices, 0.1)
-    fig = draw_step(step)
+    step = trace_step(X, y, copy_replicas(lenet(), devices), devices, 0.1)
+    fig = plot_step(step)
     assert fig.get_size_inches()[0] <= MAX_WIDTH
     heat = fig.axes[1]
     labels = [t.get_text() for t in heat.get_yticklabels()]

@@ -2,15 +2,16 @@ import math
 
 import pytest
 
-from companion.study.analysis import aggregate, spread, table
+from companion.study.analysis import aggregate, one_precision, spread, table
 from companion.study.driver import StudyRecord
 
 pytestmark = pytest.mark.ch7
 
 
-def rec(method, k, seed, epoch, acc, secs, n=1000):
+def rec(method, k, seed, epoch, acc, secs, n=1000, precision="fp32"):
     return StudyRecord(
-        method, k, epoch, acc, secs, n / secs, 1.0, "hw", "ci", seed=seed, global_batch=64
+        method, k, epoch, acc, secs, n / secs, 1.0, "hw", "ci", precision=precision, seed=seed,
+        global_batch=64,
     )
 
 
@@ -57,7 +58,7 @@ def test_a_speedup_carries_the_range_its_slowest_and_fastest_epochs_allow():
     assert not two.noisy  # 1.82..2.2 is further from 1 than it is wide
     assert not one.noisy  # the base: its speed-up is 1 by definition
     row = table([one, two]).splitlines()[2]
-    assert "[1.00-1.10]" in row and row.endswith("100%")
+    assert "[1.00-1.10]" in row and row.endswith("100%  fp32")
 
 
 def test_a_speedup_made_by_one_slow_epoch_is_marked_noise_not_printed_as_an_efficiency():
@@ -67,7 +68,7 @@ def test_a_speedup_made_by_one_slow_epoch_is_marked_noise_not_printed_as_an_effi
     _, two = aggregate(records)
     assert two.speedup > 6 and two.noisy
     row = table([two]).splitlines()[1]
-    assert row.endswith("noise") and "%" not in row
+    assert row.endswith("noise  fp32") and "%" not in row
 
 
 def test_one_seed_prints_no_standard_deviation():
@@ -97,3 +98,21 @@ def test_weak_scaling_speedup_is_against_one_device_on_the_per_device_batch():
     assert two.speedup == pytest.approx(2.0) and two.efficiency == pytest.approx(1.0)
     # 4 devices of 128 each: no 1-device run of batch 128, so no speed-up
     assert one.speedup == pytest.approx(1.0) and math.isnan(lonely.speedup)
+
+
+def test_a_comparison_in_two_precisions_is_refused_unless_asked_for():
+    records = [rec("m", 1, 0, 1, 0.5, 2.0), rec("m", 2, 0, 1, 0.5, 1.0),
+               rec("m", 1, 0, 1, 0.6, 1.0, precision="bf16, channels_last"),
+               rec("m", 2, 0, 1, 0.6, 0.8, precision="bf16, channels_last")]
+    with pytest.raises(ValueError, match=r"mix precisions \['bf16, channels_last', 'fp32'\].*"
+                                         r"mix_precisions=True"):
+        aggregate(records)
+    assert one_precision(records[:2]) == ["fp32"]
+    points = aggregate(records, mix_precisions=True)
+    # one point per precision, each with the speed-up over 1 device in its own precision
+    speedup = {(p.precision, p.n_devices): p.speedup for p in points}
+    assert speedup == pytest.approx({("bf16, channels_last", 1): 1.0, ("bf16, channels_last", 2): 1.25,
+                                     ("fp32", 1): 1.0, ("fp32", 2): 2.0})
+    rows = table(points).splitlines()
+    assert rows[0].endswith("precision")
+    assert [row.split("%  ")[-1] for row in rows[1:]] == [p.precision for p in points]

@@ -56,6 +56,16 @@ def test_plan_strong_and_weak(data):
         plan(["nope"], [1], [0], data=data, model="lenet", batch=8, lr=0.1, epochs=1)
 
 
+def test_plan_gives_every_run_one_precision(data):
+    runs = plan(["split", "ddp"], [1, 2], [0], data=data, model="lenet", batch=64, lr=0.1, epochs=1)
+    assert {s.precision for _, s in runs} == {"fp32"}
+    runs = plan(["ddp"], [1, 2], [0], data=data, model="lenet", batch=64, lr=0.1, epochs=1,
+                precision="bf16")
+    assert [s.precision for _, s in runs] == ["bf16", "bf16"]
+    with pytest.raises(ValueError, match="precision"):
+        plan(["ddp"], [1], [0], data=data, model="lenet", batch=64, lr=0.1, epochs=1, precision="fp8")
+
+
 def test_tiny_real_study_1_vs_2_devices_round_trips(data, tmp_path):
     """A real run of the driver, with DDP in 2 processes: saved, reloaded, same records."""
     runs = plan(["ddp"], [1, 2], [0], data=data, model="lenet", batch=64, lr=0.1, epochs=1)

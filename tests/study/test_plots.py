@@ -7,7 +7,7 @@ from companion.study.plots import plot_lr_scaling, plot_speedup, plot_study
 pytestmark = pytest.mark.ch7
 
 
-def test_plots_draw_every_method_and_the_ideal_line():
+def test_plots_show_every_method_and_the_ideal_line():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -39,6 +39,33 @@ def test_plots_draw_every_method_and_the_ideal_line():
     assert labels[0] == "ideal" and fig.axes[0].lines[0].get_ydata().tolist() == [1, 2, 4]
     fig = plot_lr_scaling([p for p in points if p.method == "a"])
     assert len(fig.axes[0].get_legend().get_texts()) == 2
+    assert fig.axes[0].get_legend().get_title().get_text() == "precision: fp32"
+
+
+def test_plots_name_the_precision_and_refuse_two_unless_asked():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    records = [
+        StudyRecord("a", k, 1, 0.5, 1.0 / k, 100.0 * k, 1.0, "hw", "ci", precision=precision,
+                    global_batch=64)
+        for k in (1, 2)
+        for precision in ("fp32", "bf16")
+    ]
+    points = aggregate(records, mix_precisions=True)
+    for plot in (plot_study, plot_speedup, plot_lr_scaling):
+        with pytest.raises(ValueError, match=r"mix precisions \['bf16', 'fp32'\]"):
+            plot(points)
+    fig = plot_study(points, mix_precisions=True)
+    legend = fig.axes[0].get_legend()
+    assert {t.get_text() for t in legend.get_texts()} == {"a (fp32)", "a (bf16)"}
+    assert legend.get_title().get_text() == "precision: bf16 / fp32"
+    fig = plot_speedup([p for p in points if p.precision == "bf16"])
+    assert fig.axes[0].get_legend().get_title().get_text() == "precision: bf16"
+    assert {t.get_text() for t in fig.axes[1].get_legend().get_texts()} == {"ideal", "a"}
+    fig = plot_lr_scaling(points, mix_precisions=True)
+    assert {t.get_text() for t in fig.axes[0].get_legend().get_texts()} == {
+        "lr rule: none (fp32)", "lr rule: none (bf16)"}
 
 
 def test_the_accuracy_axis_is_not_zoomed_into_a_small_spread():

@@ -1,6 +1,8 @@
-"""Seed 003's torchrun job: its five mistakes, each reproduced, measured and fixed.
+"""A published torchrun job (the book's source page "seed 003"): its five mistakes, each
+reproduced, measured and fixed.
 
-Used in: chapter 8.
+Used in: chapter 8. The module is named for what it holds, the job as it was
+published, not for a random seed.
 
 The job (a TensorStack ``PyTorchTrainingJob`` running an MNIST script under
 torchrun with ``maxRestarts: 3``) trains, and each mistake goes unnoticed:
