@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from ..core.checks import check_module
 from ..core.data import Data
 from ..core.devices import try_devices
 from ..core.loaders import load_iters
@@ -67,6 +68,7 @@ def seed002_train(
 
 def carried_over(net: nn.Module) -> dict[str, int]:
     """What :func:`init_weights_seed002` leaves as it was: tensors and scalars, by kind."""
+    check_module(net)
     reset = {id(m.weight) for m in net.modules() if type(m) in (nn.Linear, nn.Conv2d)}
     kept = [p for p in net.parameters() if id(p) not in reset]
     buffers = [b for b in net.buffers() if b.is_floating_point()]

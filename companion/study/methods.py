@@ -98,6 +98,14 @@ class Method(NamedTuple):
 METHODS: dict[str, Method] = {}
 
 
+def _check_method(name: str, run: Callable, chapter: int) -> None:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty string (the --methods name), got {name!r}")
+    if not callable(run):
+        raise TypeError(f"run must be a function of a RunSpec, got {run!r}")
+    check_int(chapter, "chapter", 1, "the chapter that teaches the method")
+
+
 def register(
     name: str,
     run: Callable[[RunSpec], list[Record]],
@@ -107,8 +115,7 @@ def register(
     warmup: bool = False,
 ) -> None:
     """Add a method to :data:`METHODS` (a later chapter adds its own this way)."""
-    if not callable(run):
-        raise TypeError(f"run must be a function of a RunSpec, got {run!r}")
+    _check_method(name, run, chapter)
     METHODS[name] = Method(run, chapter, processes, warmup)
 
 
