@@ -564,6 +564,14 @@ CASES = [
     ("save_snapshot to a directory", lambda t: el.save_snapshot({}, t), IsADirectoryError, r"is a directory; give a file name"),
     ("standalone_command nproc=0", lambda t: el.standalone_command(0), ValueError, r"nproc must be an integer >= 1, got 0"),
     ("check_entry_point another module", lambda t: el.check_entry_point(["python", "-m", "other"], [2]), el.LaunchFileError, r"not the entry point -m companion\.elastic"),
+    # issue 23, the last public names: pictures, troubleshoot
+    ("pictures.eval_counts world_size=0", lambda t: pic.eval_counts(10, 0), ValueError, r"world_size must be an integer >= 1, got 0"),
+    ("pictures.eval_counts n=-1", lambda t: pic.eval_counts(-1, 2), ValueError, r"n must be an integer >= 1, got -1: the test set's sample count"),
+    ("pictures.contributors a rank counted twice", lambda t: pic.contributors(2, 0), ValueError, r"2 at position 0 counts rank 0 2 times"),
+    ("pictures.figure too wide", lambda t: pic.figure(20, 3), ValueError, r"a figure of 20 x 3 inches does not fit the page: keep the width within"),
+    ("pictures.record_step unknown param", lambda t: pic.record_step(X, Y, [net()], CPU, 0.1, param="nope"), ValueError, r"the model has no parameter 'nope'; choose from \['0\.weight'"),
+    ("troubleshoot.temporary_env a number", lambda t: ts.temporary_env(X=3).__enter__(), TypeError, r"X must be a string or None \(to unset it\), got int: write X='3'"),
+    ("troubleshoot.oversubscription world_size=0", lambda t: ts.oversubscription(0), ValueError, r"world_size must be an integer >= 1, got 0"),
     # issue 23, the last public names: elastic
     ("elastic.global_batches global_batch=0", lambda t: el.global_batches(range(10), 2, 0, 0), ValueError, r"global_batch must be an integer >= 1, got 0: the samples of one step over all ranks"),
     ("elastic.check_dockerfile missing file", lambda t: el.check_dockerfile(t / "Dockerfile"), FileNotFoundError, r"Dockerfile"),
@@ -692,6 +700,7 @@ CLI_FUNCTIONS = {  # the command lines' entry points, covered by the command-lin
     "troubleshoot": ["troubleshoot.main"],
 }
 WORKER = "a worker that companion.runtime.launch starts with the package's own arguments; its public front (train_sharded, shard) has the rows"
+TRACE = "draws or reads the traces that the package's record_* functions and traced all-reduces return, never a user's values"
 TAKES_OWN = "takes only objects the package builds for it (a Rank from setup_rank, a rebuilt DDP), not a user's values"
 NO_ROW = {  # 'package.name': why it needs no bad-input row
     "ddp.train_epochs": TAKES_OWN, "ddp.epoch_record": TAKES_OWN, "ddp.Rank": RECORD,
@@ -768,31 +777,23 @@ NO_ROW = {  # 'package.name': why it needs no bad-input row
     "study.run_processes": "launches a package worker with a RunSpec's fields, which RunSpec checks when it is built (rows study.RunSpec ...)",
     "elastic.download_race": "a worker that launch() starts with the chapter's own root and flag, never a user's values",
     "elastic.restarted_logs": "a demonstration with the chapter's step numbers; log_dir is checked where TensorBoard's writer opens it",
-}
-NOT_YET = {  # 'package.name': what bad input does now (tried at this commit); the next rows to write
-    "pictures.contributors": "contributors(3, 3) raises ValueError: 3 at position 3 is not a sum of starting values",
-    "pictures.draw_allreduce": "draw_allreduce(3) raises TypeError: object of type 'int' has no len()",
-    "pictures.draw_eval_counts": "draw_eval_counts(3) raises TypeError: object of type 'int' has no len()",
-    "pictures.draw_forward": "draw_forward(3) raises AttributeError: 'int' object has no attribute 'chunks'",
-    "pictures.draw_load": "draw_load(3) raises TypeError: 'int' object is not iterable",
-    "pictures.draw_orders": "draw_orders(3, 3, 3) raises TypeError: object of type 'int' has no len()",
-    "pictures.draw_shards": "draw_shards(3) raises AttributeError: 'int' object has no attribute 'dataset'",
-    "pictures.draw_step": "draw_step(3) raises AttributeError: 'int' object has no attribute 'devices'",
-    "pictures.eval_counts": "eval_counts(3, 3) returns without an error",
-    "pictures.figure": "figure(3, 3) returns without an error",
-    "pictures.holdings": "holdings(3) raises TypeError: object of type 'int' has no len()",
-    "pictures.rank_color": "rank_color(3) returns without an error",
-    "pictures.rank_load": "rank_load(3) raises TypeError: 'int' object is not subscriptable",
-    "pictures.readers": "readers(3, 3) raises TypeError: 'int' object is not iterable",
-    "pictures.record_step": "record_step(3, 3, 3, 3, 3) raises TypeError: 'int' object is not subscriptable",
-    "pictures.row_labels": "row_labels(3) raises TypeError: 'int' object is not iterable",
-    "pictures.shard_of": "shard_of(3) raises AttributeError: 'int' object has no attribute 'dataset'",
-    "pictures.text_color": "text_color(3) raises TypeError: 'int' object is not subscriptable",
-    "pictures.timeline": "timeline(3) raises TypeError: 'int' object is not iterable",
-    "troubleshoot.captured_stderr": "captured_stderr() returns without an error",
-    "troubleshoot.matmul_seconds": "matmul_seconds(3, 3, 3, 3, 3) raises ValueError: Default process group has not been initialized, please make sure to call init_",
-    "troubleshoot.oversubscription": "oversubscription() was not tried with bad input (it runs for long)",
-    "troubleshoot.temporary_env": "temporary_env() returns without an error",
+    "pictures.draw_allreduce": TRACE,
+    "pictures.draw_eval_counts": "draws the counts that eval_counts() returns (its rows check n and world_size)",
+    "pictures.draw_forward": TRACE,
+    "pictures.draw_load": "draws the loads that rank_load() computes from the package's traces",
+    "pictures.draw_orders": "draws the orders that record_orders() returns (its rows check n)",
+    "pictures.draw_shards": "draws a DataPartitioner, which checks its sizes when built (rows DataPartitioner ...)",
+    "pictures.draw_step": TRACE,
+    "pictures.holdings": TRACE,
+    "pictures.rank_load": TRACE,
+    "pictures.row_labels": TRACE,
+    "pictures.timeline": TRACE,
+    "pictures.readers": "takes the shares a sampler yields (record_orders, eval_counts), never a user's values",
+    "pictures.shard_of": "takes a DataPartitioner, which checks its sizes when built (rows DataPartitioner ...)",
+    "pictures.rank_color": "any integer picks a colour (modulo the palette): nothing to get wrong",
+    "pictures.text_color": "takes a colour that a matplotlib colormap returned, never a user's value",
+    "troubleshoot.captured_stderr": "path is any file to write (or None); open()'s own error names a missing folder",
+    "troubleshoot.matmul_seconds": "a worker that oversubscription() launches with its own checked size and repeats",
 }
 
 CLIS = {  # command line -> the module whose main (or parser) builds it
@@ -857,13 +858,13 @@ def _covered(public: set[str]) -> set[str]:
 def test_every_public_function_and_class_has_a_row_or_a_reason():
     public = _public_callables()
     covered = _covered(public)
-    missing = sorted(public - covered - set(NO_ROW) - set(NOT_YET))
+    missing = sorted(public - covered - set(NO_ROW))
     assert not missing, (
         f"no bad-input row and no recorded reason for {missing}: add a row to CASES (its id "
         f"starting with 'package.name ') or a reason to NO_ROW"
     )
-    stale = sorted(n for n in {*NO_ROW, *NOT_YET} if n not in public or n in covered)
-    assert not stale, f"remove {stale} from NO_ROW / NOT_YET: they are not public, or have a row now"
+    stale = sorted(n for n in NO_ROW if n not in public or n in covered)
+    assert not stale, f"remove {stale} from NO_ROW: they are not public, or have a row now"
 
 
 def _parsers() -> dict[str, "argparse.ArgumentParser"]:
