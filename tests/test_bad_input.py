@@ -160,6 +160,28 @@ def accumulate(X=X, y=Y, micro_batches=1):
     return ic.accumulation_step(model, X, y, torch.nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), 0.1), micro_batches)
 
 
+def in_group(call):
+    """``call()`` inside a one-process gloo group (an in-memory store), ended afterwards."""
+    import os
+    from unittest import mock
+
+    import torch.distributed as dist
+
+    with mock.patch.dict(os.environ, GLOO_SOCKET_IFNAME="lo"):
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            return call()
+        finally:
+            dist.destroy_process_group()
+
+
+def _step_without_finish(wrapper):
+    """A backward, then the next forward pass, with no finish() between them."""
+    model = wrapper(net(), finish_in_backward=False)
+    model(X).sum().backward()
+    model(X)
+
+
 def _trio():
     """A model, its optimizer and a scheduler, as a snapshot holds them."""
     model = torch.nn.Linear(2, 2)
@@ -564,6 +586,12 @@ CASES = [
     ("save_snapshot to a directory", lambda t: el.save_snapshot({}, t), IsADirectoryError, r"is a directory; give a file name"),
     ("standalone_command nproc=0", lambda t: el.standalone_command(0), ValueError, r"nproc must be an integer >= 1, got 0"),
     ("check_entry_point another module", lambda t: el.check_entry_point(["python", "-m", "other"], [2]), el.LaunchFileError, r"not the entry point -m companion\.elastic"),
+    # issue 23's own examples that need a process group: a one-process gloo group, made and ended in the row
+    ("NaiveDDP a dict batch with weigh_by_samples", lambda t: in_group(lambda: ic.NaiveDDP(net(), weigh_by_samples=True)({"x": X})), TypeError, r"weigh_by_samples counts the samples of forward's first argument, a tensor with one row per sample; got dict: pass the input tensor first, or weigh_by_samples=False"),
+    ("BucketedDDP a dict batch with weigh_by_samples", lambda t: in_group(lambda: ic.BucketedDDP(net(), weigh_by_samples=True)({"x": X})), TypeError, r"weigh_by_samples counts .*got dict"),
+    ("NaiveDDP a step without finish()", lambda t: in_group(lambda: _step_without_finish(ic.NaiveDDP)), RuntimeError, r"NaiveDDP: a forward pass began a new step before finish\(\) ended the last one: call net\.finish\(\) after loss\.backward\(\)"),
+    ("BucketedDDP a step without finish()", lambda t: in_group(lambda: _step_without_finish(ic.BucketedDDP)), RuntimeError, r"BucketedDDP: a forward pass began a new step before finish\(\)"),
+    ("physical_gpu_ids a GPU twice", lambda t: dp.physical_gpu_ids("0,1,0"), ValueError, r"CUDA_VISIBLE_DEVICES='0,1,0' lists GPU 0 twice: list each GPU once"),
     # issue 23, the last public names: pictures, troubleshoot
     ("pictures.eval_counts world_size=0", lambda t: pic.eval_counts(10, 0), ValueError, r"world_size must be an integer >= 1, got 0"),
     ("pictures.eval_counts n=-1", lambda t: pic.eval_counts(-1, 2), ValueError, r"n must be an integer >= 1, got -1: the test set's sample count"),
