@@ -586,6 +586,14 @@ CASES = [
     ("save_snapshot to a directory", lambda t: el.save_snapshot({}, t), IsADirectoryError, r"is a directory; give a file name"),
     ("standalone_command nproc=0", lambda t: el.standalone_command(0), ValueError, r"nproc must be an integer >= 1, got 0"),
     ("check_entry_point another module", lambda t: el.check_entry_point(["python", "-m", "other"], [2]), el.LaunchFileError, r"not the entry point -m companion\.elastic"),
+    # issue 23: the command lines tried again with 0, negative, duplicate and out-of-range values
+    ("study --methods split,split", lambda t: cli(st.main, "--methods", "split,split"), ValueError, r"argument --methods: the list repeats \['split'\] in \['split', 'split'\]: give each value once"),
+    ("study.RunSpec batch larger than the data", lambda t: st.RunSpec(TINY, "lenet", 1, 16, 0.1, 1), ValueError, r"global_batch 16 is more than the 12 training samples: give more samples \(--samples\) or a smaller batch"),
+    ("bench dataparallel --batch-sizes 1 --devices 2", lambda t: cli(bench_module("dataparallel").main, "--batch-sizes", "1", "--devices", "2"), ValueError, r"--batch-sizes 1 is smaller than --devices 2: give each device at least one sample"),
+    ("ddp cli --seed 2**64", lambda t: ddp_cli("--seed", str(2**64)), ValueError, r"--seed must be at most 18446744073709551615, got 18446744073709551616: torch takes seeds below 2\*\*64"),
+    ("elastic --seed 2**64", lambda t: elastic_cli("--snapshot", "s.pt", "--seed", str(2**64)), ValueError, r"--seed must be at most 18446744073709551615"),
+    ("DDPConfig seed=2**64", lambda t: ddp_config(seed=2**64), ValueError, r"seed must be at most 18446744073709551615"),
+    ("crash_at_step crash_rank out of range", lambda t: ts.crash_at_step(0, 2, crash_rank=5), ValueError, r"crash_rank must be a rank, 0\.\.1, got 5"),
     # issue 23's own examples that need a process group: a one-process gloo group, made and ended in the row
     ("NaiveDDP a dict batch with weigh_by_samples", lambda t: in_group(lambda: ic.NaiveDDP(net(), weigh_by_samples=True)({"x": X})), TypeError, r"weigh_by_samples counts the samples of forward's first argument, a tensor with one row per sample; got dict: pass the input tensor first, or weigh_by_samples=False"),
     ("BucketedDDP a dict batch with weigh_by_samples", lambda t: in_group(lambda: ic.BucketedDDP(net(), weigh_by_samples=True)({"x": X})), TypeError, r"weigh_by_samples counts .*got dict"),

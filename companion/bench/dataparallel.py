@@ -157,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         "--devices", type=positive_arg(int), default=2, help="devices to split over"
     )
     args = parser.parse_args(argv)
+    if min(args.batch_sizes) < args.devices:  # DataParallel would use fewer devices
+        parser.error(f"--batch-sizes {min(args.batch_sizes)} is smaller than --devices "
+                     f"{args.devices}: give each device at least one sample")
     profile = get_profile(args.profile)
     rows = measure(
         profile.name, tuple(args.batch_sizes), args.steps, args.rounds, args.devices

@@ -79,6 +79,11 @@ class RunSpec:
         check_choice(self.model, "model", MODELS)
         check_int(self.n_devices, "n_devices")
         rank_batch_size(self.global_batch, self.n_devices)  # raises unless it splits
+        if self.global_batch > len(self.data.train):  # one short batch, reported as this one
+            raise ValueError(
+                f"global_batch {self.global_batch} is more than the {len(self.data.train)} "
+                f"training samples: give more samples (--samples) or a smaller batch"
+            )
         check_lr(self.lr)
         check_int(self.epochs, "epochs")
         check_int(self.seed, "seed", 0)
