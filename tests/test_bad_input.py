@@ -593,8 +593,8 @@ CASES = [
     ("ddp cli --seed 2**64", lambda t: ddp_cli("--seed", str(2**64)), ValueError, r"--seed must be at most 18446744073709551615, got 18446744073709551616: torch takes seeds below 2\*\*64"),
     ("elastic --seed 2**64", lambda t: elastic_cli("--snapshot", "s.pt", "--seed", str(2**64)), ValueError, r"--seed must be at most 18446744073709551615"),
     ("DDPConfig seed=2**64", lambda t: ddp_config(seed=2**64), ValueError, r"seed must be at most 18446744073709551615"),
-    ("crash_at_step crash_rank out of range", lambda t: ts.crash_at_step(0, 2, crash_rank=5), ValueError, r"crash_rank must be a rank, 0\.\.1, got 5"),
     # issue 23's own examples that need a process group: a one-process gloo group, made and ended in the row
+    # (ranks that disagree, class 3, need two ranks or more: tests/runtime/test_agree.py, 2 and 3 ranks)
     ("NaiveDDP a dict batch with weigh_by_samples", lambda t: in_group(lambda: ic.NaiveDDP(net(), weigh_by_samples=True)({"x": X})), TypeError, r"weigh_by_samples counts the samples of forward's first argument, a tensor with one row per sample; got dict: pass the input tensor first, or weigh_by_samples=False"),
     ("BucketedDDP a dict batch with weigh_by_samples", lambda t: in_group(lambda: ic.BucketedDDP(net(), weigh_by_samples=True)({"x": X})), TypeError, r"weigh_by_samples counts .*got dict"),
     ("NaiveDDP a step without finish()", lambda t: in_group(lambda: _step_without_finish(ic.NaiveDDP)), RuntimeError, r"NaiveDDP: a forward pass began a new step before finish\(\) ended the last one: call net\.finish\(\) after loss\.backward\(\)"),
