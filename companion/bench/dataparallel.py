@@ -76,6 +76,9 @@ def measure(
     Every round visits every batch size, so a burst of load on a shared machine
     hits all batch sizes alike instead of one of them.
     """
+    if min(batch_sizes) < n_devices:  # DataParallel would use fewer devices than asked
+        raise ValueError(f"batch size {min(batch_sizes)} is smaller than the {n_devices} devices "
+                         f"(--batch-sizes, --devices): give each device at least one sample")
     profile = get_profile(profile)
     devices = try_devices(n_devices, verbose=False)
     data = load_data(profile, verbose=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from ..runtime.group import rank_device
+from ..runtime.group import check_group, rank_device
 from .allreduce import ALLREDUCES
 from .trace import Step
 
@@ -36,6 +36,7 @@ TRACED = ("naive", "ring", "recursive doubling")
 
 def whoami(rank: int, world_size: int) -> dict:
     """What a worker knows about itself: rank, backend, device, process, threads."""
+    check_group("whoami")
     return {
         "rank": rank,
         "world_size": world_size,

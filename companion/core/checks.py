@@ -31,6 +31,9 @@ __all__ = [
     "check_port",
     "check_data",
     "check_sequence",
+    "check_instance",
+    "check_lr",
+    "check_training",
 ]
 
 #: the one help text of every command line's ``--profile``
@@ -269,3 +272,28 @@ def check_sequence(value: Any, name: str, what: str, minimum: int = 0) -> Any:
     if len(value) < minimum:
         raise ValueError(f"{name} must hold at least {minimum} item(s), {what}; got {value!r}")
     return value
+
+
+def check_instance(value: Any, name: str, kind: type, hint: str) -> Any:
+    """``value`` if it is a ``kind``; ``TypeError`` naming ``name``, the type and ``hint`` else."""
+    if not isinstance(value, kind):
+        raise TypeError(
+            f"{name} must be of type {kind.__name__}, got {type(value).__name__}{_fix(hint)}"
+        )
+    return value
+
+
+def check_lr(lr: float) -> float:
+    """``lr`` if it is a positive, finite learning rate; ``ValueError``/``TypeError`` else."""
+    return check_positive(lr, "lr", "pass a learning rate such as 0.1")
+
+
+def check_training(epochs: int, lr: float, train_iter, test_iter) -> None:
+    """The checks every ``train`` function shares: epochs, lr, non-empty iterators."""
+    check_int(epochs, "epochs", 1)
+    check_lr(lr)
+    for name, it in (("train_iter", train_iter), ("test_iter", test_iter)):
+        if hasattr(it, "__len__") and len(it) == 0:
+            raise ValueError(
+                f"{name} is empty (0 minibatches): give it a data set with samples"
+            )

@@ -158,6 +158,14 @@ def load_fashion_mnist(root: str | Path = DATA_ROOT, download: bool = True) -> D
     return Data("Fashion-MNIST", splits[0], splits[1], FASHION_CLASSES)
 
 
+def _check_sizes(n_train: int, n_test: int, seed: int) -> None:
+    for value, name, least in ((n_train, "n_train", 1), (n_test, "n_test", 1), (seed, "seed", 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(
+                f"{name} must be an integer >= {least}, got {value!r}: each set needs samples"
+            )
+
+
 def load_synthetic(n_train: int = 60_000, n_test: int = 10_000, seed: int = 0) -> Data:
     """Fashion-MNIST-shaped images made up on the spot: offline, any size, learnable.
 
@@ -167,6 +175,7 @@ def load_synthetic(n_train: int = 60_000, n_test: int = 10_000, seed: int = 0) -
     download (``BOOK_DATA=synthetic``); accuracies say nothing about
     Fashion-MNIST.
     """
+    _check_sizes(n_train, n_test, seed)
     g = torch.Generator().manual_seed(seed)
     templates = torch.rand(10, 28, 28, generator=g)
 

@@ -69,18 +69,21 @@ def try_devices(n: int, *, verbose: bool = True) -> list[torch.device]:
 
 def as_devices(devices: Sequence[Device]) -> list[torch.device]:
     """``devices`` as ``torch.device``; integers are GPU indices (``device_ids``)."""
-    if devices is None or len(devices) == 0:
-        raise ValueError(
-            "need at least one device, got an empty list: pass e.g. try_devices(2) "
-            "or GPU indices such as [0, 1]"
-        )
     out = []
-    for d in devices:
-        d = _as_device(d)
+    for d in _device_list(devices):
         if d.type == "cuda" and d.index is None:  # "cuda" means the current GPU
             d = torch.device("cuda", torch.cuda.current_device())
         out.append(d)
     return out
+
+
+def _device_list(devices: Sequence[Device]) -> list[torch.device]:
+    if devices is None or isinstance(devices, (str, int, torch.device)) or len(devices) == 0:
+        raise ValueError(
+            f"need at least one device, got {devices!r}: pass a list, e.g. try_devices(2) "
+            "or GPU indices such as [0, 1]"
+        )
+    return [_as_device(d) for d in devices]
 
 
 def _as_device(d: Device) -> torch.device:
@@ -99,6 +102,8 @@ def model_device(net: torch.nn.Module) -> torch.device:
     Functions that take a model move their inputs here, as d2l's helpers do,
     so no caller has to remember to.
     """
+    if not isinstance(net, torch.nn.Module):  # (checks.py imports this module's users)
+        raise TypeError(f"net must be a torch.nn.Module (a model), got {type(net).__name__}")
     for t in net.parameters():
         return t.device
     for t in net.buffers():
@@ -117,7 +122,7 @@ def synchronize(device: Device | None = None) -> None:
     CUDA kernels run asynchronously: a timer read right after launching them
     measures the launch, not the work.
     """
-    device = torch.device(device) if device is not None else None
+    device = _as_device(device) if device is not None else None
     if device is None or device.type == "cuda":
         if torch.cuda.is_available():
             torch.cuda.synchronize(device)
@@ -125,12 +130,13 @@ def synchronize(device: Device | None = None) -> None:
 
 def synchronize_all(devices: Sequence[Device]) -> None:
     """:func:`synchronize` every distinct device of ``devices``."""
-    for d in dict.fromkeys(torch.device(d) for d in devices):
+    for d in dict.fromkeys(_device_list(devices)):
         synchronize(d)
 
 
 def describe_devices(devices: list[torch.device]) -> str:
     """One truthful line about a device list: how many are real, how many virtual."""
+    devices = _device_list(devices)
     names = [str(d) for d in devices]
     distinct = sorted(set(names), key=names.index)
     n = len(devices)

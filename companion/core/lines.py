@@ -37,6 +37,8 @@ def progress_bar(total: int, desc: str, show: bool | None = None) -> Iterator:
     inside IPython/Jupyter, under every profile, so notebook outputs never
     hold one. ``True``/``False`` force it on or off.
     """
+    if isinstance(total, bool) or not isinstance(total, int) or total < 0:
+        raise TypeError(f"total must be an integer >= 0, got {total!r}: the number of steps")
     if show is None:
         show = sys.stderr.isatty() and "IPython" not in sys.modules
     if not show:

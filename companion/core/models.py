@@ -12,9 +12,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from collections.abc import Iterable
+
 from .checks import check_int, check_module
 
 __all__ = [
+    "check_parameters",
     "lenet",
     "lenet_bn",
     "Residual",
@@ -86,6 +89,8 @@ class Residual(nn.Module):
         use_1x1conv: bool = False,
         stride: int = 1,
     ):
+        for value, name in ((in_channels, "in_channels"), (out_channels, "out_channels"), (stride, "stride")):
+            check_int(value, name)
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, out_channels, 3, padding=1, stride=stride)
         self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)
@@ -183,3 +188,13 @@ def count_parameters(net: nn.Module) -> int:
     """Number of trainable scalars in ``net``."""
     check_module(net)
     return sum(p.numel() for p in net.parameters() if p.requires_grad)
+
+
+def check_parameters(params: Iterable) -> Iterable:
+    """``params`` if it is an iterable of parameters (``net.parameters()``), not the model."""
+    if isinstance(params, nn.Module) or not isinstance(params, Iterable):
+        raise TypeError(
+            f"params must be an iterable of parameters, got {type(params).__name__}: "
+            f"pass net.parameters()"
+        )
+    return params

@@ -24,7 +24,8 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from .devices import model_device
+from .checks import check_batch, check_instance, check_module, check_tensor
+from .devices import _as_device, model_device
 
 __all__ = [
     "strict_fp32",
@@ -73,12 +74,17 @@ def strict_fp32() -> Iterator[None]:
 
 def round_to_tf32(x: torch.Tensor) -> torch.Tensor:
     """``x`` (fp32) rounded to TF32's 10 mantissa bits, to nearest, ties to even."""
-    if x.dtype != torch.float32:
-        raise TypeError(f"round_to_tf32 needs a float32 tensor, got {x.dtype}")
+    _check_fp32_tensor(x)
     bits = x.view(torch.int32)
     lsb = (bits >> 13) & 1  # the lowest bit that TF32 keeps
     rounded = (bits + 0xFFF + lsb) & ~0x1FFF  # add half an ulp (ties to even), cut
     return rounded.view(torch.float32)
+
+
+def _check_fp32_tensor(x: torch.Tensor) -> None:
+    check_tensor(x, "x", "pass a float32 tensor")
+    if x.dtype != torch.float32:
+        raise TypeError(f"round_to_tf32 needs a float32 tensor, got {x.dtype}: pass x.float()")
 
 
 class _RoundTF32(nn.Module):
@@ -99,6 +105,7 @@ def tf32_emulation(net: nn.Module) -> Iterator[nn.Module]:
     Both the layer's input and its weight are rounded, as TF32 tensor cores
     do; the arithmetic stays fp32. Removed on exit, leaving ``net`` unchanged.
     """
+    check_module(net)
     layers = [m for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
     orders = [list(m._parameters) for m in layers]  # removal re-adds weight last
     hooks = [m.register_forward_pre_hook(_round_input) for m in layers]
@@ -122,6 +129,7 @@ def gradient_gap(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> dict[str, 
     difference relative to the gradient's norm: ``"emulated"`` always,
     ``"cuda"`` (the GPU's real TF32) when ``X`` is on a GPU.
     """
+    check_batch(check_module(net), X, y, nn.CrossEntropyLoss())
 
     params = list(net.parameters())  # the same objects while the emulation is on
 
@@ -163,9 +171,14 @@ def best_precision(device: torch.device | str) -> str:
     """The fast choice for ``device``: bf16 on GPUs of compute capability 8.0+ (A100,
     H100, RTX 30xx on), fp16 with loss scaling on older GPUs (Colab's T4), fp32 on
     the CPU, where autocast rarely pays."""
-    device = torch.device(device)
+    device = _as_device(device)
     if device.type != "cuda":
         return "fp32"
+    if (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(
+            f"device {device} is not here ({torch.cuda.device_count()} GPU(s) visible): "
+            f"pass 'cpu' or a GPU that torch.cuda.device_count() counts"
+        )
     major, _ = torch.cuda.get_device_capability(device)
     return "bf16" if major >= 8 else "fp16"
 
@@ -243,6 +256,7 @@ class MathMode:
 
 def amp_train_step(net, X, y, loss_fn, optimizer, mode: MathMode) -> torch.Tensor:
     """``train_step`` in ``mode``: forward and loss under autocast; fp16 scales the loss."""
+    _check_amp_step(net, X, y, loss_fn, mode)
     optimizer.zero_grad(set_to_none=True)
     device = model_device(net)
     with mode.autocast():
@@ -251,3 +265,8 @@ def amp_train_step(net, X, y, loss_fn, optimizer, mode: MathMode) -> torch.Tenso
     mode.backward(loss)
     mode.step(optimizer)
     return loss.detach().float()
+
+
+def _check_amp_step(net, X, y, loss_fn, mode: MathMode) -> None:
+    check_batch(check_module(net), X, y, loss_fn)
+    check_instance(mode, "mode", MathMode, "pass MathMode(profile.precision, device)")

@@ -6,6 +6,8 @@ Used in: chapter 1, and as the reference every parallel method is compared with.
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 import random
 import time
 from collections.abc import Callable
@@ -15,7 +17,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from .checks import check_batch, check_int, check_positive
+from .checks import check_batch, check_instance, check_int, check_lr, check_module, check_training
 from .devices import as_devices, gpu_indices, hardware_label, model_device, synchronize
 from .lines import progress_bar
 from .precision import MathMode, amp_train_step
@@ -33,8 +35,6 @@ __all__ = [
     "warm_up",
     "train",
     "set_lr",
-    "check_lr",
-    "check_training",
     "flat_params",
     "sgd_steps",
 ]
@@ -125,6 +125,7 @@ def train_step(
 
 def step_for(mode: MathMode):
     """The training step for ``mode``: :func:`train_step`, or the same under autocast."""
+    check_instance(mode, "mode", MathMode, "pass MathMode(profile.precision, device)")
     return train_step if mode.plain else partial(amp_train_step, mode=mode)
 
 
@@ -148,6 +149,7 @@ def train_epoch(
     ...) with that batch's loss sum, still on the device; ``max_steps`` ends
     the pass early.
     """
+    _check_epoch(net, max_steps)
     device = device or model_device(net)
     net.train()
     loss_sum = torch.zeros((), device=device)
@@ -162,6 +164,12 @@ def train_epoch(
         if k == max_steps:
             break
     return float(loss_sum) / max(n, 1), n
+
+
+def _check_epoch(net: nn.Module, max_steps: int | None) -> None:
+    check_module(net)
+    if max_steps is not None:  # 0 would never equal a step number: the whole pass
+        check_int(max_steps, "max_steps", 1, "None for the whole pass")
 
 
 def warm_up(
@@ -250,28 +258,16 @@ def train(
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     """Every parameter group of ``optimizer`` steps with ``lr`` from now on."""
+    check_instance(optimizer, "optimizer", torch.optim.Optimizer, "pass the optimizer itself")
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not 0 <= lr < math.inf:
+        raise ValueError(f"lr must be a finite number >= 0, got {lr!r}: pass the rate to step with")
     for group in optimizer.param_groups:
         group["lr"] = lr
 
 
-def check_lr(lr: float) -> float:
-    """``lr`` if it is a positive, finite learning rate; ``ValueError``/``TypeError`` else."""
-    return check_positive(lr, "lr", "pass a learning rate such as 0.1")
-
-
-def check_training(epochs: int, lr: float, train_iter, test_iter) -> None:
-    """The checks every ``train`` function shares: epochs, lr, non-empty iterators."""
-    check_int(epochs, "epochs", 1)
-    check_lr(lr)
-    for name, it in (("train_iter", train_iter), ("test_iter", test_iter)):
-        if hasattr(it, "__len__") and len(it) == 0:
-            raise ValueError(
-                f"{name} is empty (0 minibatches): give it a data set with samples"
-            )
-
-
 def flat_params(net: nn.Module) -> torch.Tensor:
     """All parameters of ``net``, flattened into one CPU tensor (for comparisons)."""
+    check_module(net)
     return torch.cat([p.detach().reshape(-1).cpu() for p in net.parameters()])
 
 

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from ..core.batches import rank_batch_size
-from ..core.checks import PROFILE_HELP, DefaultsHelp, positive_arg, profile_arg
+from ..core.checks import PROFILE_HELP, DefaultsHelp, check_int, positive_arg, profile_arg
 from ..core.data import Data, load_data
 from ..core.lines import say
 from ..core.models import get_model
@@ -117,6 +117,7 @@ def check_options(args: argparse.Namespace, world_size: int) -> None:
         get_model(args.model)
     if args.global_batch is not None:
         rank_batch_size(args.global_batch, world_size)
+    check_int(args.seed, "--seed", 0, "torch takes seeds below 2**64", 2**64 - 1)
     if args.checkpoint is not None and os.path.isdir(args.checkpoint):
         raise ValueError(
             f"--checkpoint {args.checkpoint} is a directory; give a file name, "

@@ -76,7 +76,7 @@ class DDPConfig:
             raise ValueError("give global_batch or per_rank_batch, not both")
         if self.model is not None:
             check_choice(self.model, "model", MODELS)
-        check_int(self.seed, "seed", 0)
+        check_int(self.seed, "seed", 0, "torch takes seeds below 2**64", 2**64 - 1)
         for name in ("scale_lr", "checks", "verbose", "find_unused_parameters"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(

@@ -33,6 +33,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..core.checks import check_module
+from ..runtime.group import check_group
 
 __all__ = [
     "MistakeDetected",
@@ -229,7 +230,7 @@ def gather_traces(
     it, the buffers as they are now (right only for models without running
     statistics: see :func:`check_replicas_in_sync`).
     """
-    traces: list = [None] * dist.get_world_size()
+    traces: list = [None] * check_group("gather_traces")[1]
     dist.all_gather_object(traces, RankTrace(fingerprint(net, buffers), orders))
     return traces
 

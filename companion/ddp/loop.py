@@ -38,11 +38,12 @@ from torch.utils.data.distributed import DistributedSampler
 
 from ..core.data import Data
 from ..core.devices import hardware_label, model_device
-from ..core.models import get_model
+from ..core.checks import check_data, check_lr
+from ..core.models import check_parameters, get_model
 from ..core.precision import MathMode
 from ..core.results import Record
 from ..core.training import Timer, set_seed, step_for, train_epoch, train_step, warm_up
-from ..runtime.group import ddp_device_ids, rank_device
+from ..runtime.group import check_group, ddp_device_ids, rank_device
 from .config import DDPConfig
 from .sampling import SampledLoader, evaluate_distributed
 from .unused import check_unused_parameters
@@ -70,11 +71,12 @@ class Rank:
 
 def sgd(parameters: Iterable, lr: float) -> torch.optim.Optimizer:
     """The default ``make_optimizer``: plain minibatch SGD."""
-    return torch.optim.SGD(parameters, lr=lr)
+    return torch.optim.SGD(check_parameters(parameters), lr=check_lr(lr))  # torch takes nan
 
 
 def wrap_ddp(net: nn.Module, find_unused_parameters: bool = False, X=None, y=None) -> DDP:
     """``net`` in torch's DDP; without ``find_unused_parameters`` an unused one raises now."""
+    check_group("wrap_ddp")
     if not find_unused_parameters and X is not None:
         check_unused_parameters(net, X, y)
     ids = ddp_device_ids(model_device(net))
@@ -97,7 +99,7 @@ def setup_rank(
     step, under autocast unless fp32); ``sampler`` defaults to a
     ``DistributedSampler`` seeded with ``cfg.seed``.
     """
-    rank, world_size = dist.get_rank(), dist.get_world_size()
+    rank, world_size = _check_setup(data, cfg)
     device = rank_device()
     sampler = sampler or DistributedSampler(data.train, world_size, rank, seed=cfg.seed)
     train_iter = SampledLoader(data.train, sampler, cfg.per_rank_batch, device)
@@ -108,6 +110,13 @@ def setup_rank(
     net = wrap(net)
     optimizer = make_optimizer(net.parameters(), cfg.lr)
     return Rank(cfg, method, device, sampler, train_iter, net, mode, optimizer, make_step(mode))
+
+
+def _check_setup(data: Data, cfg: DDPConfig) -> tuple[int, int]:
+    check_data(data)
+    if not isinstance(cfg, DDPConfig) or cfg.per_rank_batch is None:
+        raise TypeError(f"cfg must be a resolved DDPConfig, got {cfg!r}: pass cfg.resolve(world_size)")
+    return check_group("setup_rank")
 
 
 def epoch_record(

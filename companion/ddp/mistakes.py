@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import RandomSampler
 from torch.utils.data.distributed import DistributedSampler
 
-from ..core.checks import check_data
+from ..core.checks import check_data, check_module
 from ..core.data import Data, ImageSet
 from ..core.models import get_model
 from ..core.precision import check_fp32
@@ -112,6 +112,8 @@ def data_parallel_on(net: nn.Module, device: torch.device) -> nn.DataParallel:
     calls through, as torch's does on a machine without a GPU; torch's own
     constructor would move ``net`` to ``cuda:0`` whenever a GPU is present.
     """
+    check_module(net)
+    device = torch.device(device)  # "cuda:0" as well as torch.device("cuda:0")
     if device.type == "cuda":
         return nn.DataParallel(net, device_ids=[device])
     wrapper = nn.DataParallel.__new__(nn.DataParallel)

@@ -19,13 +19,32 @@ volume.
 
 from __future__ import annotations
 
+import functools
 import os
 
-from .launchers import _fail_unless, check_dockerfile, check_entry_point
+from .launchers import LaunchFileError, _fail_unless, check_dockerfile, check_entry_point
 
 __all__ = ["check_pytorchjob", "check_t9k_job", "check_trainjob"]
 
 GPU = "nvidia.com/gpu"
+
+
+def _manifest(check):
+    """``check`` that refuses a doc that is not a dict, and names a key the manifest lacks."""
+
+    @functools.wraps(check)
+    def checked(doc: dict, path="") -> dict:
+        if not isinstance(doc, dict):
+            raise TypeError(
+                f"doc must be the manifest as a dict, got {type(doc).__name__}: pass "
+                f"yaml.safe_load(open(path)), and path to name the file in errors"
+            )
+        try:
+            return check(doc, path)
+        except KeyError as err:
+            raise LaunchFileError(f"{path}: no {err.args[0]!r} where the manifest needs one") from err
+
+    return checked
 
 
 def _container(template: dict) -> dict:
@@ -63,6 +82,7 @@ def _gpus(resources: dict, nproc: int, path, what: str) -> None:
         )
 
 
+@_manifest
 def check_trainjob(doc: dict, path="") -> dict:
     """A Trainer v2 ``TrainJob``: runtime, image, nodes x GPUs, torchrun's options, volume.
 
@@ -117,6 +137,7 @@ def check_trainjob(doc: dict, path="") -> dict:
     return {"image": image, "nodes": nodes, "processes per node": nproc, **summary}
 
 
+@_manifest
 def check_pytorchjob(doc: dict, path="") -> dict:
     """A Kubeflow ``PyTorchJob`` with an ``elasticPolicy``: replicas, GPUs, command, volume."""
     _fail_unless(
@@ -143,6 +164,7 @@ def check_pytorchjob(doc: dict, path="") -> dict:
     return {"image": image, "nodes": f"{low}..{high}", "processes per node": nproc, **summary}
 
 
+@_manifest
 def check_t9k_job(doc: dict, path="") -> dict:
     """Seed 003's ``PyTorchTrainingJob``: torchrun settings, GPUs, args, logs the server reads."""
     _fail_unless(doc["kind"] == "PyTorchTrainingJob", path, "not a PyTorchTrainingJob")

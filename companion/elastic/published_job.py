@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..core.checks import check_int
 from ..core.data import Data
 from ..core.files import atomic_write
 from ..core.loaders import DeviceLoader
@@ -63,6 +64,7 @@ def softmax_loss_floor(classes: int = 10) -> float:
     probabilities in [0, 1], the best it can see is ``[1, 0, ..., 0]``,
     whose softmax gives the right class ``e / (e + classes - 1)``.
     """
+    check_int(classes, "classes")
     return math.log(1 + (classes - 1) / math.e)
 
 
@@ -99,7 +101,12 @@ def lr_without_warmup(
     global batch: the same step as DDP's).
     """
     X, y = data.train.tensors()
-    batch, runs = 32 * world_size, {}
+    batch, runs = 32 * check_int(world_size, "world_size"), {}
+    if batch > len(y):  # no full batch: the loop below would never end
+        raise ValueError(
+            f"a global batch of {batch} (32 x world_size {world_size}) is more than the "
+            f"{len(y)} training samples: give a smaller world_size or more data"
+        )
     for warm in (0, warmup_steps):
         set_seed(seed)
         net = get_model("lenet")

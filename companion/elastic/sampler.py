@@ -78,6 +78,7 @@ def global_batches(
     gradient.
     """
     check_int(world_size, "world_size")
+    check_int(global_batch, "global_batch", 1, "the samples of one step over all ranks")
     if global_batch % world_size:
         raise ValueError(f"global batch {global_batch} is not a multiple of {world_size} ranks")
     per_rank = global_batch // world_size

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..core.checks import check_instance, check_int, check_module
 from ..core.files import atomic_write
 from ..runtime.checkpoint import unwrap
 
@@ -70,6 +71,8 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what :func:`rng_state` captured (CUDA states on the GPUs there are)."""
+    if not isinstance(state, dict) or not {"python", "torch", "cuda"} <= set(state):
+        raise TypeError(f"state must be what rng_state() returns (a dict), got {type(state).__name__}")
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     torch.set_rng_state(state["torch"])
@@ -88,6 +91,7 @@ def make_snapshot(
     config: dict[str, Any],
 ) -> dict[str, Any]:
     """Everything to resume at ``(epoch, position)``, after ``step`` global steps."""
+    _check_parts(net, optimizer, scheduler, epoch=epoch, position=position, step=step)
     cpu = lambda state: {k: v.detach().cpu() for k, v in state.items()}  # noqa: E731
     return {
         "format": FORMAT,
@@ -100,6 +104,15 @@ def make_snapshot(
         "rng": rng_state(),
         "config": dict(config),
     }
+
+
+def _check_parts(net, optimizer, scheduler, **counts: int) -> None:
+    check_module(net)
+    check_instance(optimizer, "optimizer", torch.optim.Optimizer, "pass the optimizer itself")
+    check_instance(scheduler, "scheduler", torch.optim.lr_scheduler.LRScheduler,
+                   "pass warmup_schedule(optimizer, 0) for a run without warm-up")
+    for name, value in counts.items():
+        check_int(value, name, 0)
 
 
 def save_snapshot(snapshot: dict[str, Any], path: str | Path) -> Path:
@@ -140,6 +153,7 @@ def restore(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
 ) -> tuple[int, int, int]:
     """Load ``snapshot`` into the model, optimizer, scheduler and RNGs: ``(epoch, position, step)``."""
+    check_snapshot(snapshot)
     unwrap(net).load_state_dict(snapshot["model"])
     optimizer.load_state_dict(snapshot["optimizer"])
     scheduler.load_state_dict(snapshot["scheduler"])
@@ -155,7 +169,7 @@ def check_resumable(snapshot: dict[str, Any], config: dict[str, Any]) -> None:
     logs go. Any other difference (model, global batch, lr, seed, ...) means
     another run.
     """
-    saved = snapshot["config"]
+    saved = check_snapshot(snapshot)["config"]
     differ = sorted(
         k
         for k in set(saved) | set(config)

@@ -87,6 +87,7 @@ def warmup_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int):
     Chapter 7's gradual warm-up rule (:func:`~companion.core.lr.warmup_lr`),
     as a factor of the optimizer's lr, in a scheduler that snapshots keep.
     """
+    check_int(warmup_steps, "warmup_steps", 0, "0 for none")
     factor = partial(warmup_lr, lr=1 / (warmup_steps + 1), target=1.0, warmup_steps=warmup_steps)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 

@@ -64,6 +64,7 @@ def can_finish_in_backward() -> bool:
 
 def broadcast_state(net: nn.Module) -> None:
     """Copy rank 0's parameters and buffers to every rank, in place."""
+    _check(net, "broadcast_state")
     with torch.no_grad():
         for tensor in [*net.parameters(), *net.buffers()]:
             dist.broadcast(tensor, src=0)
@@ -76,6 +77,7 @@ def trainable_parameters(net: nn.Module) -> list[tuple[str, nn.Parameter]]:
     its first name; frozen ones (``requires_grad=False``) are left out: they
     never get a gradient and are never communicated.
     """
+    check_module(net, "net")
     return [(name, p) for name, p in net.named_parameters() if p.requires_grad]
 
 

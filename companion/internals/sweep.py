@@ -99,6 +99,15 @@ def best_bucket_cap(
     return min(predicted, key=predicted.get), predicted
 
 
+def _check_sweep(caps: Sequence[float], measured: dict, predicted: Sequence[float]) -> None:
+    lengths = {"predicted": len(predicted), **{k: len(v) for k, v in dict(measured).items()}}
+    if not caps or any(n != len(caps) for n in lengths.values()):
+        raise ValueError(
+            f"give one time per bucket cap: {len(caps)} caps, but lengths {lengths}; "
+            f"pass the caps and the times measured for them"
+        )
+
+
 def plot_sweep(
     caps: Sequence[float],
     measured: dict[str, Sequence[float]],
@@ -106,6 +115,7 @@ def plot_sweep(
     title: str = "",
 ):
     """Step time (ms) against bucket cap: measured lines per variant, the model dashed."""
+    _check_sweep(caps, measured, predicted)
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 3.8))

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..core.checks import check_int
 from ..core.training import set_seed
 from ..ddp.unused import UnusedParameters
 from .training import wrap
@@ -28,6 +29,7 @@ class TiedFrozenUnused(nn.Module):
     (``unused=True``) a parameter ``unused`` that forward never touches."""
 
     def __init__(self, unused: bool = True, width: int = 16):
+        check_int(width, "width")
         super().__init__()
         self.embed = nn.Linear(28 * 28, width)
         self.body = nn.Linear(width, width)

@@ -61,6 +61,8 @@ def eval_counts(n: int, world_size: int) -> dict[str, list[list[int]]]:
     ``way`` is ``"DistributedSampler"`` (unshuffled, padded) or
     ``"eval_indices"`` (what ``evaluate_distributed`` uses: no padding).
     """
+    check_int(n, "n", 1, "the test set's sample count")
+    check_int(world_size, "world_size")
     ways = {
         "DistributedSampler": [
             list(DistributedSampler(range(n), world_size, r, shuffle=False))

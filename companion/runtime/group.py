@@ -31,6 +31,7 @@ from ..core.checks import check_choice, check_int, check_positive
 from ..core.devices import gpu_count
 
 __all__ = [
+    "check_group",
     "MASTER_ADDR",
     "backend_for",
     "rank_device",
@@ -77,12 +78,24 @@ def rank_device(
     )
 
 
+def check_group(name: str) -> tuple[int, int]:
+    """``(rank, world_size)`` of the default process group; a ``RuntimeError`` naming ``name`` else."""
+    if not dist.is_initialized():
+        raise RuntimeError(
+            f"{name} needs a process group: call it inside a worker started by "
+            f"companion.runtime.launch (or torchrun)"
+        )
+    return dist.get_rank(), dist.get_world_size()
+
+
 def ddp_device_ids(device: torch.device) -> list[torch.device] | None:
     """DDP's ``device_ids`` for a model on ``device``: ``[device]`` on a GPU, ``None`` on the CPU.
 
     ``None`` on the CPU also keeps ``nn.DataParallel`` from moving a CPU
     rank's model to a GPU that happens to be present.
     """
+    if not isinstance(device, torch.device):
+        raise TypeError(f"device must be a torch.device, got {device!r}: pass torch.device({device!r})")
     return [device] if device.type == "cuda" else None
 
 

@@ -39,6 +39,11 @@ def open_writer(log_dir: str | Path | None, rank: int):
 
 def event_files(log_dir: str | Path) -> list[Path]:
     """The TensorBoard event files under ``log_dir``."""
+    if not Path(log_dir).is_dir():  # rglob would find none, as in a folder without logs
+        raise FileNotFoundError(
+            f"log_dir {str(log_dir)!r} is not a folder: pass the log_dir the run wrote "
+            f"to (open_writer, --log-dir)"
+        )
     return sorted(Path(log_dir).rglob("events.out.tfevents.*"))
 
 

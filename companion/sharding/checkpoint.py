@@ -34,7 +34,7 @@ from torch.nn import functional as F
 from ..core.checks import check_choice, check_int
 from ..core.training import set_seed
 from ..internals.tied_frozen_unused import TiedFrozenUnused
-from ..runtime.group import rank_device
+from ..runtime.group import check_group, rank_device
 from .library import fsdp2
 from .training import full_parameters
 
@@ -48,6 +48,7 @@ def save_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str |
     are done rank 0 puts it in place of ``path``, so a crash leaves either
     the old checkpoint or the new one, never a mix.
     """
+    check_group("save_sharded")
     path, partial = Path(path), Path(f"{path}.partial")
     model_state, optim_state = get_state_dict(model, optimizer)
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(partial))

@@ -22,8 +22,9 @@ import math
 from collections.abc import Sequence
 
 import torch
-import torch.distributed as dist
 from torch import nn
+
+from ..runtime.group import check_group
 
 __all__ = ["padded_size", "FlatShards", "check_sharding_group"]
 
@@ -90,9 +91,4 @@ class FlatShards:
 
 def check_sharding_group(name: str) -> tuple[int, int]:
     """``(rank, world_size)`` of the default process group, or a clear error."""
-    if not dist.is_initialized():
-        raise RuntimeError(
-            f"{name} needs a process group: create it inside a worker started by "
-            f"companion.runtime.launch (or torchrun), then wrap the model"
-        )
-    return dist.get_rank(), dist.get_world_size()
+    return check_group(name)

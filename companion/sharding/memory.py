@@ -37,7 +37,7 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from ..core.checks import check_choice, check_int, check_positive
+from ..core.checks import check_choice, check_int, check_module, check_positive
 
 __all__ = ["BYTES_PER_PARAMETER", "formula_bytes", "measure_state", "fits", "plot_memory"]
 
@@ -86,6 +86,7 @@ def measure_state(model: nn.Module, optimizer: Any) -> dict[str, int]:
 
     Call it after ``optimizer.step()`` (the state exists) and before ``zero_grad()``.
     """
+    check_module(model, "model")
     params = [p for p in model.parameters() if p.requires_grad]
     params += [p for g in optimizer.param_groups for p in g["params"]]
     inner = getattr(optimizer, "optim", optimizer)  # ZeroRedundancyOptimizer's local one

@@ -17,13 +17,12 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..core.checks import check_choice
+from ..core.checks import check_choice, check_module
 from ..core.data import Data
 from ..core.precision import MathMode
 from ..core.profiles import Profile, get_profile
@@ -31,7 +30,7 @@ from ..core.results import Record
 from ..ddp.config import DDPConfig
 from ..ddp.loop import setup_rank, train_epochs
 from ..internals.naive import trainable_parameters
-from ..runtime.group import rank_device
+from ..runtime.group import check_group, rank_device
 from .library import fsdp2, zero_redundancy
 from .zero1 import Zero1, check_precision
 from .zero2 import Zero2
@@ -74,6 +73,7 @@ def shard(
 @torch.no_grad()
 def full_parameters(model: nn.Module, optimizer: Any) -> torch.Tensor:
     """The trainable parameters, whole, flattened into one vector on the CPU."""
+    check_module(model, "model")
     if isinstance(optimizer, Zero3):
         whole = optimizer.full_parameters()
     else:
@@ -104,7 +104,7 @@ def train_sharded(
     (SGD, with ``momentum`` if given), whose ``step()`` does the rest.
     """
     check_choice(method, "method", METHODS)
-    cfg = DDPConfig(get_profile(profile).name, **options).resolve(dist.get_world_size())
+    cfg = DDPConfig(get_profile(profile).name, **options).resolve(check_group("train_sharded")[1])
     check_precision(MathMode(cfg.precision, rank_device()), method)
     made = {}
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
+from ..core.checks import check_choice, check_int
 from ..core.training import set_seed
 from ..internals.tied_frozen_unused import TiedFrozenUnused
 from ..runtime.group import rank_device
@@ -36,6 +37,8 @@ def _model() -> TiedFrozenUnused:
 
 def global_batches(steps: int = 3, n: int = 11, seed: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``steps`` random global batches of ``n`` float64 images (11 splits unevenly)."""
+    check_int(steps, "steps")
+    check_int(n, "n", 1, "a batch needs samples")
     g = torch.Generator().manual_seed(seed)
     return [(torch.randn(n, 1, 28, 28, generator=g, dtype=torch.float64),
              torch.randint(0, 10, (n,), generator=g)) for _ in range(steps)]
@@ -43,6 +46,7 @@ def global_batches(steps: int = 3, n: int = 11, seed: int = 1) -> list[tuple[tor
 
 def one_process(batches, optimizer: str = "Adam") -> torch.Tensor:
     """The trainable parameters after one process's steps on the global batches."""
+    check_choice(optimizer, "optimizer", OPTIMIZERS)
     net = _model()
     cls, hp = OPTIMIZERS[optimizer]
     opt = cls([p for p in net.parameters() if p.requires_grad], **hp)

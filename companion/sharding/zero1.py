@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..core.checks import check_module
+from ..core.checks import check_instance, check_module
 from ..core.precision import MathMode
 from ..internals.naive import broadcast_state, trainable_parameters
 from ..runtime.agree import check_ranks_agree
@@ -43,6 +43,8 @@ __all__ = ["ShardedOptimizer", "Zero1", "check_precision"]
 def check_precision(mode: MathMode | None, name: str) -> MathMode | None:
     """``mode`` if the stage can train in it: fp32 or bf16 autocast (fp16's loss scaler
     unscales whole gradients, which the sharded stages never hold)."""
+    if mode is not None:
+        check_instance(mode, "mode", MathMode, "pass MathMode(precision, device), or None for fp32")
     if mode is not None and mode.precision == "fp16":
         raise ValueError(
             f"{name}: precision 'fp16' needs a loss scaler over whole gradients; "

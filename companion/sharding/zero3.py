@@ -39,6 +39,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
+from ..core.checks import check_module
 from ..internals.naive import broadcast_state
 from .flat import FlatShards
 from .zero1 import ShardedOptimizer
@@ -49,6 +50,7 @@ __all__ = ["Unit", "Zero3", "default_units"]
 def default_units(net: nn.Module) -> list[nn.Module]:
     """The top-level children of ``net`` that own trainable parameters shared with no
     other child (a tied weight keeps both of its modules in the root)."""
+    check_module(net)
     children = list(net.children())
     seen: dict[nn.Parameter, int] = {}
     for m in children:

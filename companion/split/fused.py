@@ -24,8 +24,9 @@ from typing import Iterable, Sequence
 import torch
 from torch import nn
 
+from ..core.checks import check_sequence
 from ..core.training import check_lr
-from .naive import Loss, shard_loss, train_batch
+from .naive import Loss, _check_split_step, shard_loss, train_batch
 
 __all__ = [
     "forward_backward_once",
@@ -43,6 +44,7 @@ def forward_backward_once(
     loss: Loss,
 ) -> list[torch.Tensor]:
     """Like ``naive.forward_backward``, with one backward call for all devices."""
+    _check_split_step(replicas, X_shards, y_shards, batch_size)
     losses = [
         shard_loss(net, X_i, y_i, batch_size, loss)
         for net, X_i, y_i in zip(replicas, X_shards, y_shards)
@@ -54,6 +56,7 @@ def forward_backward_once(
 @torch.no_grad()
 def allreduce_grads_foreach(replicas: Sequence[nn.Module]) -> None:
     """Like ``naive.allreduce_grads``, with two multi-tensor calls per extra replica."""
+    check_sequence(replicas, "replicas", "models, one per device", 1)
     grads = [
         [p.grad for p in net.parameters() if p.grad is not None] for net in replicas
     ]

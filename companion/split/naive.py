@@ -31,7 +31,8 @@ from typing import Callable, Iterable, Sequence
 import torch
 from torch import nn
 
-from ..core.checks import check_batch, check_int, check_module
+from ..core.checks import check_batch, check_int, check_module, check_sequence
+from ..core.models import check_parameters
 from ..core.training import check_lr
 
 __all__ = [
@@ -112,8 +113,7 @@ def copy_replicas(net: nn.Module, devices: Sequence[torch.device]) -> list[nn.Mo
 
 def _check_one_per_device(tensors: list[torch.Tensor]) -> None:
     """``ValueError`` unless ``tensors`` are one or more same-shaped, unshared tensors."""
-    if not tensors:
-        raise ValueError("allreduce_on_devices needs at least one tensor")
+    check_sequence(tensors, "tensors", "tensors, one per device", 1)
     seen = set()
     for i, t in enumerate(tensors):
         if t.shape != tensors[0].shape:
@@ -150,6 +150,7 @@ def shard_loss(
     net: nn.Module, X_i: torch.Tensor, y_i: torch.Tensor, batch_size: int, loss: Loss
 ) -> torch.Tensor:
     """The loss of one device's shard: its per-sample losses summed, over ``batch_size``."""
+    check_int(batch_size, "batch_size", 1, "the global batch's sample count")
     per_sample = loss(net(X_i), y_i)
     if per_sample.shape != y_i.shape:
         raise ValueError(
@@ -157,6 +158,22 @@ def shard_loss(
             f"(reduction='none'); got shape {tuple(per_sample.shape)}"
         )
     return per_sample.sum() / batch_size
+
+
+def _check_split_step(replicas, X_shards, y_shards, batch_size: int) -> None:
+    """One replica per ``(X_i, y_i)`` shard; ``batch_size`` is their samples (zip would cut)."""
+    check_sequence(replicas, "replicas", "models, one per device (copy_replicas)", 1)
+    if not len(replicas) == len(X_shards) == len(y_shards):
+        raise ValueError(
+            f"got {len(replicas)} replicas, {len(X_shards)} X shards and {len(y_shards)} "
+            f"y shards: give one shard of each per replica (split_batch(X, y, devices))"
+        )
+    samples = sum(len(y_i) for y_i in y_shards)
+    if check_int(batch_size, "batch_size", 1) != samples:
+        raise ValueError(
+            f"batch_size must be the global batch, the shards' {samples} samples, got "
+            f"{batch_size}: each device's loss sum is divided by it"
+        )
 
 
 def forward_backward(
@@ -171,6 +188,7 @@ def forward_backward(
     ``loss`` gives one value per sample (``reduction="none"``); each device
     backpropagates their sum divided by the global ``batch_size``.
     """
+    _check_split_step(replicas, X_shards, y_shards, batch_size)
     losses = []
     for net, X_i, y_i in zip(replicas, X_shards, y_shards):
         l = shard_loss(net, X_i, y_i, batch_size, loss)
@@ -181,6 +199,7 @@ def forward_backward(
 
 def allreduce_grads(replicas: Sequence[nn.Module]) -> None:
     """All-reduce every parameter's gradient across the replicas, one at a time."""
+    check_sequence(replicas, "replicas", "models, one per device", 1)
     for params in zip(*(net.parameters() for net in replicas)):
         if params[0].grad is not None:
             allreduce_on_devices([p.grad for p in params])
@@ -189,11 +208,16 @@ def allreduce_grads(replicas: Sequence[nn.Module]) -> None:
 @torch.no_grad()
 def sgd(params: Iterable[nn.Parameter], lr: float) -> None:
     """Minibatch SGD in place, ``p -= lr * p.grad``, then drop the gradient."""
-    check_lr(lr)
+    _check_sgd(params, lr)
     for p in params:
         if p.grad is not None:
             p.sub_(p.grad, alpha=lr)
             p.grad = None
+
+
+def _check_sgd(params: Iterable[nn.Parameter], lr: float) -> None:
+    check_parameters(params)
+    check_lr(lr)
 
 
 def train_batch(

@@ -117,6 +117,11 @@ def crossing(batches: Sequence[int], compute: Sequence[float], comm: float) -> f
     ``0.0`` when compute outweighs communication at every batch measured, ``None``
     when it never does (the break-even lies beyond the largest batch).
     """
+    if not batches or len(batches) != len(compute):  # zip would drop the extra points
+        raise ValueError(
+            f"give one compute time per batch size, got {len(batches)} batch sizes and "
+            f"{len(compute)} times: pass Parts.batches and Parts.compute"
+        )
     if compute[0] >= comm:
         return 0.0
     for (b0, t0), (b1, t1) in zip(zip(batches, compute), zip(batches[1:], compute[1:])):

@@ -60,7 +60,10 @@ def _methods(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(
             f"unknown method(s) {unknown}; choose from {list(METHODS)}"
         )
-    return names
+    try:
+        return check_distinct(names, "the list")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from ..core.checks import check_module
 from ..core.data import Data
 from ..core.devices import try_devices
 from ..core.loaders import load_iters
@@ -69,6 +70,7 @@ def train_as_published(
 
 def carried_over(net: nn.Module) -> dict[str, int]:
     """What :func:`init_weights_as_published` leaves as it was: tensors and scalars, by kind."""
+    check_module(net)
     reset = {id(m.weight) for m in net.modules() if type(m) in (nn.Linear, nn.Conv2d)}
     kept = [p for p in net.parameters() if id(p) not in reset]
     buffers = [b for b in net.buffers() if b.is_floating_point()]

@@ -156,6 +156,8 @@ def run_study(
 
 def save_study(records: Sequence[StudyRecord], path: str | Path) -> tuple[Path, Path]:
     """Write ``path`` as ``.csv`` and ``.json`` (hardware, profiles, records), atomically."""
+    if not records:  # load_study would then read a study without rows
+        raise ValueError("save_study needs at least one record: run a study first (run_study)")
     path = Path(path)
     rows = [asdict(r) for r in records]
     names = [f.name for f in fields(StudyRecord)]

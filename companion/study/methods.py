@@ -79,6 +79,11 @@ class RunSpec:
         check_choice(self.model, "model", MODELS)
         check_int(self.n_devices, "n_devices")
         rank_batch_size(self.global_batch, self.n_devices)  # raises unless it splits
+        if self.global_batch > len(self.data.train):  # one short batch, reported as this one
+            raise ValueError(
+                f"global_batch {self.global_batch} is more than the {len(self.data.train)} "
+                f"training samples: give more samples (--samples) or a smaller batch"
+            )
         check_lr(self.lr)
         check_int(self.epochs, "epochs")
         check_int(self.seed, "seed", 0)
@@ -98,6 +103,14 @@ class Method(NamedTuple):
 METHODS: dict[str, Method] = {}
 
 
+def _check_method(name: str, run: Callable, chapter: int) -> None:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty string (the --methods name), got {name!r}")
+    if not callable(run):
+        raise TypeError(f"run must be a function of a RunSpec, got {run!r}")
+    check_int(chapter, "chapter", 1, "the chapter that teaches the method")
+
+
 def register(
     name: str,
     run: Callable[[RunSpec], list[Record]],
@@ -107,8 +120,7 @@ def register(
     warmup: bool = False,
 ) -> None:
     """Add a method to :data:`METHODS` (a later chapter adds its own this way)."""
-    if not callable(run):
-        raise TypeError(f"run must be a function of a RunSpec, got {run!r}")
+    _check_method(name, run, chapter)
     METHODS[name] = Method(run, chapter, processes, warmup)
 
 

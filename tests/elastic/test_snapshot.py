@@ -83,7 +83,7 @@ def test_no_file_is_a_fresh_start_and_bad_files_are_refused(tmp_path):
 
 
 def test_another_world_size_resumes_when_the_global_batch_splits_and_is_refused_otherwise():
-    snapshot = {"config": CONFIG}
+    snapshot = {"format": 1, "config": CONFIG}  # check_resumable refuses what is no snapshot
     for world in (1, 2, 4, 8):
         check_resumable(snapshot, {**CONFIG, "world_size": world, "per_rank_batch": 64 // world})
     with pytest.raises(SnapshotError, match="global batch 64 cannot be split over 3 processes"):

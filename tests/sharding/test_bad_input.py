@@ -47,6 +47,20 @@ CASES = [
     ("bench sharding --steps x", lambda t: bench_cli("--steps", "x"), SystemExit, r"2"),
     ("checkpoint_worker action", lambda t: sh.checkpoint_worker(0, 1, str(t), "copy", None, None), ValueError, r"unknown action 'copy'"),
     ("checkpoint_worker steps=-1", lambda t: sh.checkpoint_worker(0, 1, str(t), "save", None, None, -1), ValueError, r"steps must be an integer >= 0, got -1"),
+    # issue 23, the last public names of chapter 9
+    ("sharding.check_precision a precision name", lambda t: sh.check_precision("bf16", "ZeRO-2"), TypeError, r"mode must be of type MathMode, got str: pass MathMode\(precision, device\), or None"),
+    ("sharding.check_sharding_group without a group", lambda t: sh.check_sharding_group("Zero9"), RuntimeError, r"Zero9 needs a process group: call it inside a worker started by companion\.runtime\.launch"),
+    ("sharding.default_units not a model", lambda t: sh.default_units([LIN]), TypeError, r"net must be a torch\.nn\.Module \(a model\), got list"),
+    ("sharding.full_parameters optimizer and model swapped", lambda t: sh.full_parameters(torch.optim.SGD(LIN.parameters(), lr=1), LIN), TypeError, r"model must be a torch\.nn\.Module \(a model\), got SGD"),
+    ("sharding.global_batches n=0", lambda t: sh.global_batches(n=0), ValueError, r"n must be an integer >= 1, got 0: a batch needs samples"),
+    ("sharding.global_batches steps=3.5", lambda t: sh.global_batches(steps=3.5), TypeError, r"steps must be an integer >= 1, got 3\.5"),
+    ("sharding.one_process unknown optimizer", lambda t: sh.one_process([], "Adagrad"), ValueError, r"unknown optimizer 'Adagrad'; choose one of"),
+    ("sharding.measure_state optimizer and model swapped", lambda t: sh.measure_state(torch.optim.SGD(LIN.parameters(), lr=1), LIN), TypeError, r"model must be a torch\.nn\.Module \(a model\), got SGD"),
+    ("sharding.plot_memory nothing measured", lambda t: sh.plot_memory({}), ValueError, r"give \{world size: \{method: state_worker's result\}\} for one or more sizes"),
+    ("sharding.plot_zero3_timeline no runs", lambda t: sh.plot_zero3_timeline({}), ValueError, r"give at least one run's events, e\.g\. \{'no prefetch': events\}"),
+    ("sharding.record_zero3_step without a group", lambda t: sh.record_zero3_step(0, 2, True), RuntimeError, r"no process group: call rank_device\(\) inside a worker started by launch\(\)"),
+    ("sharding.save_sharded without a group", lambda t: sh.save_sharded(LIN, torch.optim.SGD(LIN.parameters(), lr=1), t / "ckpt"), RuntimeError, r"save_sharded needs a process group"),
+    ("sharding.train_sharded without a group", lambda t: sh.train_sharded(None, "ci"), RuntimeError, r"train_sharded needs a process group"),
 ]
 
 
