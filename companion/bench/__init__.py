@@ -5,9 +5,9 @@ is one benchmark with a ``main(argv)``; every ratio it prints is measured in
 one run (both sides timed in the same process, interleaved), because
 machines are too noisy for numbers taken at different times to be compared.
 
-Every benchmark builds its command line with :func:`bench_parser` (the
+Every benchmark builds its command line with ``bench_parser`` (the
 options they share are defined once, here) and its ``main(argv)`` is
-:func:`measure_and_report`: parse, ``measure(**options)``, print the
+``measure_and_report``: parse, ``measure(**options)``, print the
 settings and the ratios. Both are the package's own plumbing, not part of
 the API a reader calls.
 """
