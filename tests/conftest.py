@@ -1,12 +1,72 @@
 """Shared fixtures. Tests mirror the package modules and are marked per chapter."""
 from __future__ import annotations
 
+import os
+import shutil
 import struct
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+
+
+def pytest_configure(config):
+    """nbval's kernels exit as a reader's Jupyter kernel does, into a folder of their own."""
+    _nbval_kernels_exit_cleanly()
+
+
+def _nbval_kernels_exit_cleanly() -> None:
+    """Each nbval kernel gets a fresh ``TMPDIR``, exits by itself, and must leave it empty.
+
+    nbval stops a notebook's kernel with ``shutdown_kernel(now=True)``, a kill:
+    the kernel's ``atexit`` handlers never run, so the work folders that
+    ``companion.core.files.scratch_dir`` removes at exit stayed in ``/tmp``.
+    Jupyter (and ``.ci/execute_notebooks.py``) ask the kernel to shut down and
+    wait; so does this, and then a file left in the kernel's ``TMPDIR`` is an
+    error of the notebook's last cell, as a leftover is in ``make profile-check``.
+    A kernel that launched workers exits in about 2 s: the launcher ends its
+    fork server when the kernel is told to exit (``runtime.supervise.stop_helpers``).
+    """
+    try:
+        from nbval import kernel
+    except ImportError:  # nbval is not installed: no notebooks are collected
+        return
+    start, running = kernel.RunningKernel.__init__, kernel.RunningKernel
+    if getattr(running, "_book_patched", False):
+        return
+    tempfile.gettempdir()  # this process keeps the system's; only the kernel moves
+
+    def __init__(self, *args, **kwargs):
+        self.book_tmp = Path(tempfile.mkdtemp(prefix="nbval-kernel-"))
+        before = os.environ.get("TMPDIR")
+        os.environ["TMPDIR"] = str(self.book_tmp)  # read when the kernel starts
+        try:
+            start(self, *args, **kwargs)
+        finally:
+            if before is None:
+                del os.environ["TMPDIR"]
+            else:
+                os.environ["TMPDIR"] = before
+
+    def stop(self):
+        self.kc.stop_channels()
+        self.km.shutdown_wait_time = 30.0  # a request; SIGTERM at 15 s, SIGKILL at 30 s
+        self.km.shutdown_kernel(now=False)
+        del self.km
+        tmp = self.__dict__.pop("book_tmp", None)
+        if tmp is None:
+            return
+        leftovers = sorted(p.name for p in tmp.iterdir() if not p.name.startswith("torchinductor_"))
+        shutil.rmtree(tmp, ignore_errors=True)
+        if leftovers:
+            raise AssertionError(
+                f"the notebook's kernel left {leftovers} in its temporary folder: "
+                f"make its work folder with companion.core.files.scratch_dir"
+            )
+
+    running.__init__, running.stop, running._book_patched = __init__, stop, True
 
 
 @pytest.fixture(autouse=True)

@@ -46,6 +46,7 @@ from .supervise import (
     WorkerError,
     collect,
     stop,
+    stop_helpers_when_kernel_exits,
 )
 
 __all__ = [
@@ -226,6 +227,7 @@ def launch(
     except Exception as err:
         raise TypeError(f"fn and its arguments must be picklable: {err}") from err
     ctx = _context(start_method, fn)
+    stop_helpers_when_kernel_exits()  # else a kernel's shutdown stalls, see there
     store = _open_store(port)
     procs, readers, env = [], [], dict(os.environ)
     deadline = time.monotonic() + timeout

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import pickle
 import signal
+import sys
 import time
+import weakref
+from multiprocessing import forkserver, resource_tracker
 from multiprocessing.connection import wait
 
 __all__ = [
@@ -24,6 +27,7 @@ __all__ = [
     "LaunchTimeout",
     "collect",
     "stop",
+    "stop_helpers",
 ]
 
 GRACE = 0.5  # seconds to collect further failures after the first one
@@ -71,6 +75,46 @@ def stop(procs: list, wait_first: float = 0.0) -> None:
         if p.is_alive():
             p.kill()
             p.join(10)
+
+
+def stop_helpers() -> None:
+    """End the fork server and multiprocessing's resource tracker, and reap both.
+
+    The first launch starts them and later launches reuse them; they end by
+    themselves when this process exits. A Jupyter kernel asked to shut down
+    does not exit first: it signals every child process and waits until none
+    is left, and a helper that has ended but is not reaped still counts (a
+    zombie). It waited about 30 s, so Jupyter killed it, and the exit handlers
+    that remove the chapters' work folders never ran. The launcher therefore
+    calls this as soon as the kernel is told to exit; the next launch, if any,
+    starts new helpers. It uses the private ``_stop`` that CPython's own tests
+    use; where a Python lacks it, the helpers are left as they were.
+    """
+    # The server first: it holds the tracker's pipe open, and the tracker
+    # ends when the last holder of that pipe has closed it.
+    for helper in (forkserver._forkserver, resource_tracker._resource_tracker):
+        try:
+            getattr(helper, "_stop", lambda: None)()
+        except (ChildProcessError, OSError):  # already ended and reaped
+            pass
+
+
+_WATCHED: weakref.WeakSet = weakref.WeakSet()
+
+
+def stop_helpers_when_kernel_exits() -> None:
+    """In IPython or a Jupyter kernel: call :func:`stop_helpers` when it is told to exit.
+
+    IPython sets ``shell.exit_now`` on ``exit()`` and on a kernel's shutdown
+    or restart request, before the kernel signals its children. Outside
+    IPython this does nothing. Calling it again adds nothing.
+    """
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None or shell in _WATCHED:
+        return
+    shell.observe(lambda change: change["new"] and stop_helpers(), names="exit_now")
+    _WATCHED.add(shell)
 
 
 def collect(procs: list, readers: list, deadline: float, timeout: float) -> list:

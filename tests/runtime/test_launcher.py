@@ -221,3 +221,48 @@ def test_stop_skips_a_worker_that_never_started():
     never_started = mp.get_context("spawn").Process(target=print)
     stop([never_started])  # no "can only join a started process"
     assert never_started.pid is None
+
+
+def test_stop_helpers_ends_and_reaps_the_fork_server_and_the_resource_tracker():
+    # In a fresh process: this one's helpers serve the other tests.
+    script = textwrap.dedent("""
+        import os
+        from companion.collectives import whoami
+        from companion.runtime import launch, stop_helpers
+        launch(whoami, 1)
+        stop_helpers()
+        try:
+            os.waitpid(-1, os.WNOHANG)  # a child left, alive or a zombie, is found here
+        except ChildProcessError:
+            print("no child process left")
+        print("launched again:", launch(whoami, 1)[0]["rank"])
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["no child process left", "launched again: 0"]
+
+
+def test_a_jupyter_kernel_that_launched_workers_exits_promptly_and_cleans_up(tmp_path):
+    # A kernel asked to shut down signals its children and waits until none is
+    # left; the fork server and the resource tracker used to hold it for about
+    # 30 s, so Jupyter killed it and the scratch folder stayed behind.
+    manager = pytest.importorskip("jupyter_client.manager")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    km, kc = manager.start_new_kernel(kernel_name="python3", env=env, cwd=os.getcwd())
+    try:
+        reply = kc.execute_interactive(
+            "from companion.collectives import whoami\n"
+            "from companion.core.files import scratch_dir\n"
+            "from companion.runtime import launch\n"
+            "work = scratch_dir('kernel-')\n"
+            "print(len(launch(whoami, 2)))", timeout=120)
+        assert reply["content"]["status"] == "ok"
+    finally:
+        kc.stop_channels()
+        km.shutdown_wait_time = 20.0  # a request; SIGTERM at 10 s, SIGKILL at 20 s
+        start = time.monotonic()
+        km.shutdown_kernel(now=False)
+        took = time.monotonic() - start
+    assert took < 10.0, f"the kernel took {took:.1f} s to exit"
+    assert [p.name for p in tmp_path.glob("kernel-*")] == [], "the scratch folder stayed"

@@ -1,0 +1,53 @@
+"""nbval's kernels under `make test`: they exit by themselves, and a stray file fails the run.
+
+nbval kills each notebook's kernel, so ``atexit`` never ran and chapters 5, 7
+and 8 left their work folders in ``/tmp`` on every CI run. ``tests/conftest.py``
+asks the kernel to shut down instead (as Jupyter does) and checks its private
+``TMPDIR``; these tests run nbval on two small notebooks through that conftest.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+pytestmark = pytest.mark.book
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_nbval(tmp_path: Path, *sources: str) -> subprocess.CompletedProcess:
+    book = tmp_path / "nb.ipynb"
+    nbformat.write(new_notebook(cells=[new_code_cell(s) for s in sources]), book)
+    system_tmp = tmp_path / "system-tmp"  # where a killed kernel's files would stay
+    system_tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(system_tmp), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
+         "--nbval-lax", "--nbval-current-env", "-q", str(book), "--rootdir", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )
+    done.system_tmp = sorted(p.name for p in system_tmp.iterdir())
+    return done
+
+
+def test_a_scratch_folder_is_removed_when_nbval_stops_the_kernel(tmp_path):
+    done = run_nbval(
+        tmp_path,
+        "from companion.core.files import scratch_dir\nwork = scratch_dir('ch99-')",
+        "(work / 'model.pt').write_bytes(b'weights')\nprint(work.exists())",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.system_tmp == [], "the kernel's TMPDIR must not be the system's"
+
+
+def test_a_file_left_in_the_kernels_temporary_folder_fails_the_run(tmp_path):
+    done = run_nbval(
+        tmp_path,
+        "import os, tempfile\nopen(os.path.join(tempfile.gettempdir(), 'stray'), 'w').close()",
+    )
+    assert done.returncode != 0, done.stdout
+    assert "left ['stray'] in its temporary folder" in done.stdout
