@@ -146,6 +146,7 @@ def _context(start_method: str | None, fn: Callable):
             f"start method {method!r} is not available; use one of {methods}"
         )
     ctx = mp.get_context(method)
+    stop_helpers_when_kernel_exits()  # the helpers it starts: else a kernel's exit stalls
     if method == "forkserver":  # the preload list is used when the server starts
         module = getattr(fn, "__module__", None)
         main_file = getattr(sys.modules.get("__main__"), "__file__", None)
@@ -227,7 +228,6 @@ def launch(
     except Exception as err:
         raise TypeError(f"fn and its arguments must be picklable: {err}") from err
     ctx = _context(start_method, fn)
-    stop_helpers_when_kernel_exits()  # else a kernel's shutdown stalls, see there
     store = _open_store(port)
     procs, readers, env = [], [], dict(os.environ)
     deadline = time.monotonic() + timeout
