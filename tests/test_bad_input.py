@@ -773,6 +773,7 @@ NO_ROW = {  # 'package.name': why it needs no bad-input row
     "troubleshoot.Captured": RECORD,
     "runtime.collect": LAUNCHER_PART,
     "runtime.stop": LAUNCHER_PART,
+    "runtime.stop_helpers": NO_INPUT,
     "core.DefaultsHelp": FORMATTER,
     "core.RawDefaultsHelp": FORMATTER,
     "bench.available": NO_INPUT,
