@@ -739,7 +739,7 @@ WORKER = "a worker that companion.runtime.launch starts with the package's own a
 TRACE = "draws or reads the traces that the package's record_* functions and traced all-reduces return, never a user's values"
 TAKES_OWN = "takes only objects the package builds for it (a Rank from setup_rank, a rebuilt DDP), not a user's values"
 NO_ROW = {  # 'package.name': why it needs no bad-input row
-    "ddp.train_epochs": TAKES_OWN, "ddp.epoch_record": TAKES_OWN, "ddp.Rank": RECORD,
+    "runtime.train_epochs": TAKES_OWN, "runtime.epoch_record": TAKES_OWN, "runtime.Rank": RECORD,
     "internals.fill_unused": TAKES_OWN, "internals.sample_weight": TAKES_OWN,
     "internals.recording": TAKES_OWN, "elastic.StepLog": TAKES_OWN,
     "internals.can_finish_in_backward": "takes no argument",

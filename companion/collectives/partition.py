@@ -27,22 +27,14 @@ from torch.utils.data import Dataset, Subset
 from ..core.batches import check_batch_size, rank_batch_size
 from ..core.checks import check_choice, check_data, check_int, check_not_empty
 from ..core.data import Data, ImageSet
-from ..core.devices import hardware_label
+from ..core.devices import model_device
 from ..core.loaders import DeviceLoader
 from ..core.models import MODELS, get_model
 from ..core.precision import check_fp32
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
-from ..core.training import (
-    Timer,
-    check_lr,
-    evaluate_accuracy,
-    flat_params,
-    set_seed,
-    sgd_steps,
-    train_epoch,
-    warm_up,
-)
+from ..core.training import Timer, check_lr, evaluate_accuracy, flat_params, set_seed, sgd_steps, warm_up
+from ..runtime.epochs import Rank, train_epochs
 from ..runtime.group import rank_device
 from .allreduce import ALLREDUCES, allreduce_mean
 
@@ -184,33 +176,26 @@ def train_worker(
     profile = get_profile(profile)
     precision = check_fp32(precision or profile.precision, "train_worker")
     model, lr, device = model or profile.model, lr or profile.lr, rank_device()
-    global_batch, epochs = global_batch or profile.batch_size, epochs or profile.epochs
     shard = DataPartitioner.even(data.train, world_size, seed).use(rank)
-    batch = rank_batch_size(global_batch, world_size)
-    train_iter = DeviceLoader(shard, batch, device, seed=seed + rank)
+    batch = rank_batch_size(global_batch or profile.batch_size, world_size)
     set_seed(seed)  # every replica starts from the same parameters
     net = get_model(model).to(device)
-    optimizer = torch.optim.SGD(net.parameters(), lr=lr)
     warm_up(net, *next(iter(DeviceLoader(shard, batch, device))), lr)
-    records, seconds, steps = [], [], 0
-    step = partial(averaged_step, allreduce=allreduce, seconds=seconds)
-    for epoch in range(1, epochs + 1):
-        seconds.append(0.0)
-        dist.barrier()
-        left = None if max_steps is None else max_steps - steps
-        with Timer(device) as timer:
-            loss, n = train_epoch(net, train_iter, nn.CrossEntropyLoss(), optimizer, device,
-                                  step=step, max_steps=left)
-        steps += -(-n // batch)
-        totals = torch.tensor([loss * n, n], dtype=torch.float64, device=device)
-        dist.all_reduce(totals)
-        if rank == 0:
-            test_acc = evaluate_accuracy(net, DeviceLoader(data.test, 256, device, shuffle=False))
-            records.append(_record(data, profile, model, allreduce, world_size, epoch, timer.seconds,
-                                   totals, test_acc))
-        if steps == max_steps:
-            break
-    return TrainResult(records, flat_params(net), seconds)
+    seconds = [0.0]  # per epoch: the time spent averaging gradients
+    run = Rank(
+        method=f"average_gradients ({allreduce})",
+        device=device,
+        train_iter=DeviceLoader(shard, batch, device, seed=seed + rank),  # reshuffles each pass
+        net=net,
+        optimizer=torch.optim.SGD(net.parameters(), lr=lr),
+        evaluate=partial(_rank0_accuracy, test=data.test),
+        epochs=epochs or profile.epochs,
+        labels=dict(profile=profile.name, model=model, dataset=data.name, precision=precision),
+        step=partial(averaged_step, allreduce=allreduce, seconds=seconds),
+        max_steps=max_steps,
+    )
+    records = train_epochs(run, on_epoch=lambda *_: seconds.append(0.0))
+    return TrainResult(records, flat_params(net), seconds[:-1])
 
 
 def averaged_step(net, X, y, loss_fn, optimizer, allreduce: str, seconds: list[float]):
@@ -229,21 +214,11 @@ def averaged_step(net, X, y, loss_fn, optimizer, allreduce: str, seconds: list[f
     return loss.detach()
 
 
-def _record(data, profile, model, allreduce, world_size, epoch, seconds, totals, test_acc):
-    loss_sum, n = totals.tolist()
-    return Record(
-        method=f"average_gradients ({allreduce})",
-        n_devices=world_size,
-        epoch=epoch,
-        test_acc=test_acc,
-        sec_per_epoch=seconds,
-        samples_per_sec=n / seconds,
-        train_loss=loss_sum / n,
-        hardware=hardware_label(),
-        profile=profile.name,
-        model=model,
-        dataset=data.name,
-    )
+def _rank0_accuracy(net: nn.Module, test: Dataset) -> float:
+    """Rank 0 evaluates on the whole test set; the others skip it (``nan``)."""
+    if dist.get_rank() != 0:
+        return float("nan")
+    return evaluate_accuracy(net, DeviceLoader(test, 256, model_device(net), shuffle=False))
 
 
 def _check_worker(model, global_batch, epochs, lr, allreduce, max_steps, channels_last) -> None:

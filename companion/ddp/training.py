@@ -49,7 +49,8 @@ from .detectors import (
     gather_traces,
     track_buffers,
 )
-from .loop import setup_rank, train_epochs, wrap_ddp
+from ..runtime.epochs import train_epochs
+from .loop import setup_rank, wrap_ddp
 from .sampling import SampledLoader, sampler_indices
 
 __all__ = [
@@ -97,7 +98,7 @@ def train_ddp(data: Data, profile: Profile | str | None = None, **options) -> DD
             _report(record, cfg, writer, run.net)
 
     try:
-        records = train_epochs(run, data, on_epoch=after_epoch)
+        records = train_epochs(run, on_epoch=after_epoch)
     finally:
         if writer is not None:
             writer.close()

@@ -38,7 +38,8 @@ from ..core.profiles import get_profile
 from ..core.results import Record
 from ..core.training import flat_params
 from ..ddp.config import DDPConfig
-from ..ddp.loop import setup_rank, train_epochs, wrap_ddp
+from ..ddp.loop import setup_rank, wrap_ddp
+from ..runtime.epochs import train_epochs
 from .rendezvous import attempt, join_elastic
 from .sampler import ResumableSampler
 from .snapshot import (
@@ -208,7 +209,7 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
                         f"snapshot: step {run.steps}")
 
     try:
-        records = train_epochs(run, data, on_step, on_epoch, first_epoch=first)
+        records = train_epochs(run, on_step, on_epoch, first_epoch=first)
     finally:
         log.close()
     return ElasticResult(records, log.losses, flat_params(run.net), resumed_from)

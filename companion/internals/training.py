@@ -28,7 +28,8 @@ from ..core.profiles import Profile, get_profile
 from ..core.results import Record
 from ..core.training import Timer, flat_params, set_seed
 from ..ddp.config import DDPConfig
-from ..ddp.loop import setup_rank, train_epochs
+from ..ddp.loop import setup_rank
+from ..runtime.epochs import train_epochs
 from ..runtime.group import ddp_device_ids, rank_device
 from .buckets import BucketedDDP
 from .hooks import HookedDDP
@@ -137,7 +138,7 @@ def train_internals(
 
     net = partial(wrap, variant=variant, bucket_cap_mb=bucket_cap_mb)
     run = setup_rank(data, cfg, variant, net, make_step=step)
-    records = train_epochs(run, data)
+    records = train_epochs(run)
     return InternalsResult(records, flat_params(run.net), getattr(run.net, "allreduces", None))
 
 

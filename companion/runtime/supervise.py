@@ -12,6 +12,7 @@ first of these events, and it never waits past its deadline.
 
 from __future__ import annotations
 
+import multiprocessing
 import pickle
 import signal
 import sys
@@ -88,8 +89,12 @@ def stop_helpers() -> None:
     that remove the chapters' work folders never ran. The launcher therefore
     calls this as soon as the kernel is told to exit; the next launch, if any,
     starts new helpers. It uses the private ``_stop`` that CPython's own tests
-    use; where a Python lacks it, the helpers are left as they were.
+    use; where a Python lacks it, the helpers are left as they were. While
+    workers run it does nothing: they hold the tracker's pipe, so it would
+    wait for them.
     """
+    if multiprocessing.active_children():  # a launch is under way
+        return
     # The server first: it holds the tracker's pipe open, and the tracker
     # ends when the last holder of that pipe has closed it.
     for helper in (forkserver._forkserver, resource_tracker._resource_tracker):

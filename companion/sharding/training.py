@@ -28,7 +28,8 @@ from ..core.precision import MathMode
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
 from ..ddp.config import DDPConfig
-from ..ddp.loop import setup_rank, train_epochs
+from ..ddp.loop import setup_rank
+from ..runtime.epochs import train_epochs
 from ..internals.naive import trainable_parameters
 from ..runtime.group import check_group, rank_device
 from .library import fsdp2, zero_redundancy
@@ -116,7 +117,7 @@ def train_sharded(
         return model
 
     run = setup_rank(data, cfg, method, wrap, make_optimizer=lambda params, lr: made["optimizer"])
-    records = train_epochs(run, data)
+    records = train_epochs(run)
     return ShardedResult(records, full_parameters(run.net, run.optimizer))
 
 

@@ -165,12 +165,13 @@ def chapter5_loop(rank, world_size, data, variants, **options):
     from functools import partial
 
     from companion.core import flat_params
-    from companion.ddp import DDPConfig, setup_rank, train_epochs
+    from companion.ddp import DDPConfig, setup_rank
+    from companion.runtime import train_epochs
 
     cfg = DDPConfig("ci", **options).resolve(world_size)
     out = []
     for variant in variants:
         run = setup_rank(data, cfg, variant, partial(wrap, variant=variant))
-        records = train_epochs(run, data)
+        records = train_epochs(run)
         out.append((flat_params(run.net), [r.method for r in records]))
     return out

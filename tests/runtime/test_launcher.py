@@ -243,6 +243,34 @@ def test_stop_helpers_ends_and_reaps_the_fork_server_and_the_resource_tracker():
     assert done.stdout.splitlines() == ["no child process left", "launched again: 0"]
 
 
+def test_stop_helpers_leaves_them_alone_while_a_launch_runs(tmp_path):
+    # Workers hold the tracker's pipe: stopping it would wait for them.
+    script = textwrap.dedent(f"""
+        import threading, time, multiprocessing.forkserver as fs
+        from companion.collectives.tour import faulty
+        from companion.runtime import LaunchTimeout, launch, stop_helpers
+        def run():
+            try:
+                launch(faulty, 2, "hang", on_rank=1, pid_dir={str(tmp_path)!r}, timeout=20)
+            except LaunchTimeout:
+                pass
+        t = threading.Thread(target=run)
+        t.start()
+        import pathlib
+        while len(list(pathlib.Path({str(tmp_path)!r}).glob("rank*.pid"))) < 2:
+            time.sleep(0.1)
+        start = time.monotonic()
+        stop_helpers()
+        print("returned at once:", time.monotonic() - start < 1.0)
+        print("server kept:", fs._forkserver._forkserver_pid is not None)
+        t.join()
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["returned at once: True", "server kept: True"]
+
+
 def test_a_jupyter_kernel_that_launched_workers_exits_promptly_and_cleans_up(tmp_path):
     # A kernel asked to shut down signals its children and waits until none is
     # left; the fork server and the resource tracker used to hold it for about
