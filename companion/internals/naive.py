@@ -47,6 +47,7 @@ from torch.autograd import Variable
 from ..collectives.partition import average_gradients
 from ..core.checks import check_module
 from ..runtime.agree import check_ranks_agree
+from ..runtime.checkpoint import register_wrapper
 
 __all__ = [
     "broadcast_state",
@@ -139,6 +140,8 @@ class NaiveDDP(nn.Module):
     def _prepare(self) -> None:
         """Called by a synchronised forward pass; the later steps set up their hooks' state."""
 
+
+register_wrapper(NaiveDDP)  # unwrap() and checkpoints see the model inside, as with torch's DDP
 
 
 def sample_weight(net: NaiveDDP) -> float:

@@ -29,6 +29,7 @@ from torch import nn
 from ..core.devices import hardware_label
 from ..core.results import Record
 from ..core.training import Timer, train_epoch, train_step
+from .checkpoint import unwrap
 
 __all__ = ["Rank", "epoch_record", "train_epochs"]
 
@@ -110,8 +111,8 @@ def train_epochs(
         run.steps = before + done
         totals = torch.tensor([loss * samples, samples], dtype=torch.float64, device=run.device)
         dist.all_reduce(totals)  # loss sum and samples, over all ranks
-        inner = getattr(run.net, "module", run.net)  # evaluation stays local: no wrapper
-        record = epoch_record(run, epoch + 1, totals, timer.seconds, run.evaluate(inner))
+        test_acc = run.evaluate(unwrap(run.net))  # evaluation stays local: no wrapper
+        record = epoch_record(run, epoch + 1, totals, timer.seconds, test_acc)
         if dist.get_rank() == 0:
             records.append(record)
         if on_epoch is not None:

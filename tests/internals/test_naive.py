@@ -2,8 +2,10 @@
 even and uneven shares); frozen and tied parameters; no_sync; a clear error without a group."""
 import pytest
 import torch
+import torch.distributed as dist
 
-from companion.internals import NaiveDDP, can_finish_in_backward, trainable_parameters
+from companion.internals import BucketedDDP, HookedDDP, NaiveDDP, can_finish_in_backward, trainable_parameters
+from companion.runtime import unwrap
 
 from .workers import STEPS, MICRO, assert_replicas_equal_reference, assert_same, quirky, reference
 
@@ -103,3 +105,14 @@ def test_a_dict_batch_with_weigh_by_samples_and_a_skipped_finish_are_refused():
             assert "got dict: pass the input tensor first, or weigh_by_samples=False" in seen[name, "dict"]
             assert seen[name, "finish", True].startswith(f"{name}: a forward pass began a new step before finish()")
             assert seen[name, "finish", False] == "accepted"  # backward's end called finish()
+
+
+def test_unwrap_sees_through_each_rebuilt_ddp_as_through_torch_s():
+    # Chapter 5's loop evaluates unwrap(net), and checkpoints save unwrap(net)'s state.
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        for cls in (NaiveDDP, HookedDDP, BucketedDDP):
+            model = torch.nn.Linear(2, 2)
+            assert unwrap(cls(model)) is model, cls.__name__
+    finally:
+        dist.destroy_process_group()

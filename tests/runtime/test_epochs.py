@@ -31,4 +31,3 @@ def test_there_is_one_epoch_loop_per_kind():
         # Chapter 5's mistakes break the loop's rules on purpose (no set_epoch, no sampler).
         "ddp.mistakes.train_with_mistake",
     }
-
