@@ -20,7 +20,9 @@ import time
 from typing import Callable, Sequence
 
 from ..core.checks import PROFILE_HELP, RawDefaultsHelp, check_int, positive_arg, profile_arg
-from ..core.devices import synchronize
+from ..core.devices import hardware_label, synchronize_all
+from ..core.profiles import get_profile
+from ..core.training import Timer
 
 __all__ = ["time_median", "available"]
 
@@ -73,6 +75,20 @@ def measure_and_report(
     return 0
 
 
+def run_settings(
+    world_size: int, profile: str | None, *, model: str | None, global_batch: int | None,
+    rounds: int, steps: int,
+) -> dict:
+    """A launched benchmark's settings, checked, as its report prints them (the model and
+    the global batch default to the profile's)."""
+    if rounds < 1 or steps < 1:
+        raise ValueError(f"rounds and steps must be >= 1, got {rounds}, {steps}")
+    profile = get_profile(profile)
+    return dict(world_size=world_size, model=model or profile.model,
+                global_batch=global_batch or profile.batch_size, rounds=rounds, steps=steps,
+                profile=profile.name, hardware=hardware_label())
+
+
 def time_median(
     fn: Callable[[], object], *, repeats: int = 5, warmup: int = 1, device=None
 ) -> float:
@@ -83,12 +99,25 @@ def time_median(
         fn()
     times = []
     for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        fn()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
+        with Timer(device) as t:
+            fn()
+        times.append(t.seconds)
     return statistics.median(times)
+
+
+def take_turns(sides: dict, batches, r: int, devices, seen: dict) -> None:
+    """Round ``r``: every side steps on each ``(X, y)`` of ``batches``, taking turns (who goes
+    first rotates by round and batch); each step's seconds, ``devices`` synchronised, are
+    appended to ``seen[side]``."""
+    names = list(sides)
+    for i, (X, y) in enumerate(batches):
+        shift = (r + i) % len(names)  # rotate who goes first
+        for name in names[shift:] + names[:shift]:
+            synchronize_all(devices)
+            start = time.perf_counter()
+            sides[name](X, y)
+            synchronize_all(devices)
+            seen[name].append(time.perf_counter() - start)
 
 
 def available() -> list[str]:

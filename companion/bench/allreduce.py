@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
@@ -20,7 +19,8 @@ import torch.distributed as dist
 from ..collectives.allreduce import allreduce_ring_pipelined
 from ..collectives.costmodel import Measurement, measure_allreduce
 from ..core.checks import positive_arg
-from ..core.devices import hardware_label, synchronize
+from ..core.devices import hardware_label
+from ..core.training import Timer
 from ..runtime.group import backend_for, rank_device
 from ..runtime.launcher import launch
 from . import bench_parser, measure_and_report
@@ -56,11 +56,9 @@ def segment_worker(
         for i, segment in enumerate(segments):
             y = x.clone()
             dist.barrier()
-            synchronize(device)
-            start = time.perf_counter()
-            allreduce_ring_pipelined(y, segment=segment)
-            synchronize(device)
-            times[i, r] = time.perf_counter() - start
+            with Timer(device) as t:
+                allreduce_ring_pipelined(y, segment=segment)
+            times[i, r] = t.seconds
     times = times.to(device)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)  # done when the slowest rank is
     return {s: statistics.median(times[i, 1:].tolist()) for i, s in enumerate(segments)}

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import copy
 import statistics
-import time
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
@@ -24,14 +24,13 @@ from ..core.data import load_data
 from ..core.devices import (
     describe_devices,
     hardware_label,
-    synchronize_all,
     try_devices,
 )
 from ..core.models import get_model
 from ..core.profiles import get_profile
 from ..core.training import set_seed, train_step
 from ..dataparallel.rebuild import DataParallelByHand
-from . import bench_parser, measure_and_report
+from . import bench_parser, measure_and_report, take_turns
 
 BATCH_SIZES = (8, 32, 128, 512)
 
@@ -86,10 +85,10 @@ def measure(
     loss_fn = nn.CrossEntropyLoss()
     setups = {}
     for b in batch_sizes:
-        nets = _sides(profile.model, devices)
-        opts = {
-            n: torch.optim.SGD(net.parameters(), lr=profile.lr)
-            for n, net in nets.items()
+        sides = {  # side -> its training step on (X, y)
+            name: partial(train_step, net, loss_fn=loss_fn,
+                          optimizer=torch.optim.SGD(net.parameters(), lr=profile.lr))
+            for name, net in _sides(profile.model, devices).items()
         }
         g = torch.Generator().manual_seed(b)
         picks = [
@@ -98,21 +97,13 @@ def measure(
         ]
         batches = [(X_all[idx], y_all[idx]) for idx in picks]
         for X, y in batches[:2]:  # warm-up, untimed
-            for name, net in nets.items():
-                train_step(net, X, y, loss_fn, opts[name])
-        setups[b] = nets, opts, batches
+            for step in sides.values():
+                step(X, y)
+        setups[b] = sides, batches
     seen = {b: {name: [] for name in setups[b][0]} for b in batch_sizes}
     for r in range(rounds):
-        for b, (nets, opts, batches) in setups.items():
-            names = list(nets)
-            for i, (X, y) in enumerate(batches):
-                shift = (r + i) % len(names)  # rotate who goes first
-                for name in names[shift:] + names[:shift]:
-                    synchronize_all(devices)
-                    start = time.perf_counter()
-                    train_step(nets[name], X, y, loss_fn, opts[name])
-                    synchronize_all(devices)
-                    seen[b][name].append(time.perf_counter() - start)
+        for b, (sides, batches) in setups.items():
+            take_turns(sides, batches, r, devices, seen[b])
     return [
         SweepRow(b, {name: statistics.median(s) for name, s in seen[b].items()})
         for b in batch_sizes

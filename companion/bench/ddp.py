@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import statistics
-import time
 
 import torch
 import torch.distributed as dist
@@ -21,13 +20,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..collectives.partition import average_gradients
 from ..core.batches import rank_batch_size
-from ..core.devices import hardware_label, synchronize
 from ..core.models import get_model
-from ..core.profiles import get_profile
-from ..core.training import set_seed
+from ..core.training import Timer, set_seed
 from ..runtime.group import ddp_device_ids, rank_device
 from ..runtime.launcher import launch
-from . import bench_parser, measure_and_report
+from . import bench_parser, measure_and_report, run_settings
 
 METHODS = (
     "DDP",
@@ -81,12 +78,10 @@ def bench_worker(
     for r in range(rounds):
         for m, name in enumerate(METHODS):
             dist.barrier()
-            synchronize(device)
-            start = time.perf_counter()
-            for _ in range(steps):
-                step[name]()
-            synchronize(device)
-            times[r, m] = (time.perf_counter() - start) / steps
+            with Timer(device) as t:
+                for _ in range(steps):
+                    step[name]()
+            times[r, m] = t.seconds / steps
     times = times.to(device)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)  # a step waits for the slowest rank
     buckets = nets["DDP"]._get_ddp_logging_data().get("bucket_sizes", "")
@@ -108,17 +103,13 @@ def measure(
     steps: int = 10,
 ) -> dict:
     """Run :func:`bench_worker` on ``world_size`` processes; medians and settings."""
-    if rounds < 1 or steps < 1:
-        raise ValueError(f"rounds and steps must be >= 1, got {rounds}, {steps}")
-    profile = get_profile(profile)
-    model, global_batch = model or profile.model, global_batch or profile.batch_size
-    batch = rank_batch_size(global_batch, world_size)
-    seen = launch(bench_worker, world_size, model, batch, rounds, steps, timeout=600)[0]
+    settings = run_settings(world_size, profile, model=model, global_batch=global_batch,
+                            rounds=rounds, steps=steps)
+    batch = rank_batch_size(settings["global_batch"], world_size)
+    seen = launch(bench_worker, world_size, settings["model"], batch, rounds, steps,
+                  timeout=600)[0]
     seen["median"] = {k: statistics.median(v) for k, v in seen["seconds"].items()}
-    seen.update(world_size=world_size, model=model, global_batch=global_batch)
-    seen.update(rounds=rounds, steps=steps, profile=profile.name)
-    seen["hardware"] = hardware_label()
-    return seen
+    return {**seen, **settings}
 
 
 def report(seen: dict) -> str:

@@ -22,14 +22,13 @@ from torch.nn import functional as F
 from ..collectives.costmodel import fit_link, time_allreduce
 from ..core.batches import rank_batch_size
 from ..core.checks import positive_arg
-from ..core.devices import hardware_label, synchronize
-from ..core.profiles import get_profile
+from ..core.devices import synchronize
 from ..core.training import set_seed
 from ..internals.sweep import bucket_sizes, get_bench_model, predict_step
 from ..internals.training import wrap
 from ..runtime.group import rank_device
 from ..runtime.launcher import launch
-from . import bench_parser, measure_and_report
+from . import bench_parser, measure_and_report, run_settings
 
 METHODS = ("torch DDP", "BucketedDDP", "HookedDDP", "NaiveDDP", "no communication")
 PHASES = ("forward", "backward", "finish", "optimizer")
@@ -136,14 +135,11 @@ def measure(
     caps=CAPS,
 ) -> dict:
     """Run :func:`bench_worker` on ``world_size`` processes; add the model's predictions."""
-    if rounds < 1 or steps < 1:
-        raise ValueError(f"rounds and steps must be >= 1, got {rounds}, {steps}")
-    profile = get_profile(profile)
-    model, global_batch = model or profile.model, global_batch or profile.batch_size
-    batch = rank_batch_size(global_batch, world_size)
-    seen = launch(
-        bench_worker, world_size, model, batch, rounds, steps, sweep_model, list(caps), timeout=600
-    )[0]
+    settings = run_settings(world_size, profile, model=model, global_batch=global_batch,
+                            rounds=rounds, steps=steps)
+    batch = rank_batch_size(settings["global_batch"], world_size)
+    seen = launch(bench_worker, world_size, settings["model"], batch, rounds, steps, sweep_model,
+                  list(caps), timeout=600)[0]
     fwd, bwd, _, opt, _ = seen["sweep"]["compute|0"]
     seen["predicted"] = {
         cap: fwd
@@ -151,17 +147,7 @@ def measure(
         + predict_step(seen["buckets"][cap], bwd, seen["alpha"], seen["beta"], world_size)
         for cap in caps
     }
-    seen.update(
-        world_size=world_size,
-        model=model,
-        global_batch=global_batch,
-        caps=list(caps),
-        rounds=rounds,
-        steps=steps,
-        profile=profile.name,
-        sweep_model=sweep_model,
-        hardware=hardware_label(),
-    )
+    seen.update(settings, caps=list(caps), sweep_model=sweep_model)
     seen["ratio"] = seen["variants"]["BucketedDDP"][-1] / seen["variants"]["torch DDP"][-1]
     return seen
 

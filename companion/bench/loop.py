@@ -10,13 +10,12 @@ minibatches. The two loops are timed in interleaved rounds, in one run.
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 from torch import nn
 
 from ..core.data import load_data
-from ..core.devices import hardware_label, synchronize, try_devices
+from ..core.devices import hardware_label, try_devices
 from ..core.loaders import DeviceLoader, data_loader
 from ..core.models import get_model
 from ..core.profiles import get_profile
@@ -26,15 +25,13 @@ from . import bench_parser, measure_and_report
 
 def timed_epoch(net, iterator, loss_fn, opt, device) -> tuple[float, float]:
     """One training epoch; returns ``(epoch seconds, seconds inside the steps)``."""
-    compute = 0.0
+    compute, step = 0.0, Timer(device)
     with Timer(device) as epoch:
         for X, y in iterator:
             X, y = X.to(device), y.to(device)
-            synchronize(device)
-            start = time.perf_counter()
-            train_step(net, X, y, loss_fn, opt)
-            synchronize(device)
-            compute += time.perf_counter() - start
+            with step:
+                train_step(net, X, y, loss_fn, opt)
+            compute += step.seconds
     return epoch.seconds, compute
 
 

@@ -45,7 +45,7 @@ from ..split.naive import (
     split_batch,
     train_batch,
 )
-from . import bench_parser, measure_and_report, time_median
+from . import bench_parser, measure_and_report, take_turns, time_median
 
 PHASES = ("split_batch", "forward_backward", "allreduce_grads", "sgd")
 VERSIONS = {
@@ -124,16 +124,8 @@ def measure(
             step(X, y)
     for version in VERSIONS:
         phase_times(batches[:3], timed[version], devices, profile.lr, version)
-    names = list(sides)
     for r in range(rounds):
-        for i, (X, y) in enumerate(batches):
-            shift = (r + i) % len(names)  # rotate who goes first
-            for name in names[shift:] + names[:shift]:
-                synchronize_all(devices)
-                start = time.perf_counter()
-                sides[name](X, y)
-                synchronize_all(devices)
-                seen[name].append(time.perf_counter() - start)
+        take_turns(sides, batches, r, devices, seen)
         for version in VERSIONS:
             spent = phase_times(batches, timed[version], devices, profile.lr, version)
             for name, secs in spent.items():
