@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 
 from ..core.checks import check_int, check_positive
-from ..runtime.torchrun import TorchrunResult, _stop_tree, private_tmpdir
+from ..runtime.torchrun import TorchrunResult, _stop_tree, private_tmpdir, torchrun_command
 from .trainer import KILL_VAR
 
 __all__ = ["free_port", "standalone_command", "agent_command", "run_agents"]
@@ -43,17 +43,10 @@ def free_port() -> int:
 
 def standalone_command(nproc: int, args: Sequence[str] = (), max_restarts: int = 0) -> list[str]:
     """``torchrun --standalone`` (one node) restarting failed workers ``max_restarts`` times."""
-    check_int(nproc, "nproc")
+    command = torchrun_command(check_int(nproc, "nproc"), args, "companion.elastic")
     check_int(max_restarts, "max_restarts", 0)
-    return [
-        "torchrun",
-        "--standalone",
-        f"--nproc-per-node={nproc}",
-        f"--max-restarts={max_restarts}",
-        "-m",
-        "companion.elastic",
-        *map(str, args),
-    ]
+    command.insert(3, f"--max-restarts={max_restarts}")  # after --nproc-per-node
+    return command
 
 
 def agent_command(

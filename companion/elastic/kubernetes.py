@@ -47,6 +47,10 @@ def _manifest(check):
     return checked
 
 
+def _kind(doc: dict, api: str, kind: str, path) -> None:
+    _fail_unless((doc["apiVersion"], doc["kind"]) == (api, kind), path, f"not a {api} {kind}")
+
+
 def _container(template: dict) -> dict:
     return template["spec"]["containers"][0]
 
@@ -93,11 +97,7 @@ def check_trainjob(doc: dict, path="") -> dict:
     """
     from torch.distributed.run import get_args_parser
 
-    _fail_unless(
-        (doc["apiVersion"], doc["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob"),
-        path,
-        "not a trainer.kubeflow.org/v1alpha1 TrainJob",
-    )
+    _kind(doc, "trainer.kubeflow.org/v1alpha1", "TrainJob", path)
     spec, trainer = doc["spec"], doc["spec"]["trainer"]
     _fail_unless(
         spec["runtimeRef"]["name"] == "torch-distributed",
@@ -140,11 +140,7 @@ def check_trainjob(doc: dict, path="") -> dict:
 @_manifest
 def check_pytorchjob(doc: dict, path="") -> dict:
     """A Kubeflow ``PyTorchJob`` with an ``elasticPolicy``: replicas, GPUs, command, volume."""
-    _fail_unless(
-        (doc["apiVersion"], doc["kind"]) == ("kubeflow.org/v1", "PyTorchJob"),
-        path,
-        "not a kubeflow.org/v1 PyTorchJob",
-    )
+    _kind(doc, "kubeflow.org/v1", "PyTorchJob", path)
     spec, policy = doc["spec"], doc["spec"]["elasticPolicy"]
     worker = spec["pytorchReplicaSpecs"]["Worker"]
     low, high, nproc = policy["minReplicas"], policy["maxReplicas"], int(spec["nprocPerNode"])

@@ -39,7 +39,6 @@ __all__ = [
 ]
 
 LAUNCH_DIR = Path(__file__).resolve().parents[2] / "launch"
-GPU = "nvidia.com/gpu"
 
 
 class LaunchFileError(ValueError):

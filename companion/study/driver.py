@@ -121,18 +121,14 @@ def run_study(
     terminal, so notebook outputs stay clean. Saving after every run means an
     interrupted study keeps what it finished.
     """
+    from tqdm import tqdm
+
     check_choice(scaling, "scaling", SCALING)
     show = sys.stderr.isatty() if progress is None else progress
-    bar = None
-    if show:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(runs), desc="scaling study", unit="run")
     found: list[StudyRecord] = []
-    try:
+    with tqdm(total=len(runs), desc="scaling study", unit="run", disable=not show) as bar:
         for name, spec in runs:
-            if bar is not None:
-                bar.set_postfix_str(f"{name}, {spec.n_devices} device(s), seed {spec.seed}")
+            bar.set_postfix_str(f"{name}, {spec.n_devices} device(s), seed {spec.seed}")
             for r in run_method(name, spec):
                 found.append(
                     StudyRecord(
@@ -146,11 +142,7 @@ def run_study(
                 )
             if path is not None:
                 save_study(found, path)
-            if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
+            bar.update(1)
     return found
 
 

@@ -10,12 +10,14 @@ then each line's label names its precision.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 from .analysis import Point, one_precision
 
 __all__ = ["plot_lr_scaling", "plot_speedup", "plot_study"]
 
 _STYLES = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--")]
+_ACCURACY = attrgetter("acc_min", "acc_mean", "acc_max")
 
 
 def _by(points: Sequence[Point], key) -> dict:
@@ -47,6 +49,13 @@ def _finish(fig, axes, title: str, xlabel: str, precisions, xs=None, log2=False)
     return fig
 
 
+def _errorbar(ax, xs, ps: Sequence[Point], low_mid_high, **style) -> None:
+    """``ax.errorbar`` of the middle of ``low_mid_high(p)``, the bar from low to high."""
+    low, mid, high = zip(*map(low_mid_high, ps))
+    err = [[m - lo for lo, m in zip(low, mid)], [hi - m for m, hi in zip(mid, high)]]
+    ax.errorbar(xs, list(mid), yerr=err, capsize=3, **style)
+
+
 def _accuracy_axis(ax, points: Sequence[Point], least: float = 0.2) -> None:
     """At least ``least`` of accuracy on the axis (within 0..1): a spread of 0.01 drawn
     over the whole height would make one point look like a cliff."""
@@ -66,13 +75,9 @@ def plot_study(points: Sequence[Point], title: str = "", mix_precisions: bool = 
     for i, (method, ps) in enumerate(groups.items()):
         marker, dash = _STYLES[i % len(_STYLES)]
         xs = [p.n_devices + 0.06 * (i - (len(groups) - 1) / 2) for p in ps]
-        acc = [p.acc_mean for p in ps]
-        err = [[p.acc_mean - p.acc_min for p in ps], [p.acc_max - p.acc_mean for p in ps]]
-        style = dict(marker=marker, linestyle=dash, label=method, capsize=3)
-        ax_acc.errorbar(xs, acc, yerr=err, **style)
-        secs = [p.sec_per_epoch for p in ps]
-        spans = [[s - p.sec_min for s, p in zip(secs, ps)], [p.sec_max - s for s, p in zip(secs, ps)]]
-        ax_time.errorbar(xs, secs, yerr=spans, **style)
+        style = dict(marker=marker, linestyle=dash, label=method)
+        _errorbar(ax_acc, xs, ps, _ACCURACY, **style)
+        _errorbar(ax_time, xs, ps, attrgetter("sec_min", "sec_per_epoch", "sec_max"), **style)
     ax_acc.set_ylabel("test accuracy\n(mean over seeds, bar: range)")
     _accuracy_axis(ax_acc, points)
     ax_time.set_ylabel("seconds per epoch\n(mean, bar: fastest to slowest)")
@@ -94,10 +99,9 @@ def plot_speedup(points: Sequence[Point], title: str = "", mix_precisions: bool 
     for i, (method, ps) in enumerate(_by(measured, name).items()):
         marker, dash = _STYLES[i % len(_STYLES)]
         ks = [p.n_devices for p in ps]
-        spans = [[q.speedup - q.speedup_min for q in ps], [q.speedup_max - q.speedup for q in ps]]
-        ax_s.errorbar(ks, [p.speedup for p in ps], yerr=spans, marker=marker, linestyle=dash,
-                      label=method, capsize=3)
-        ax_e.plot(ks, [p.efficiency for p in ps], marker=marker, linestyle=dash, label=method)
+        style = dict(marker=marker, linestyle=dash, label=method)
+        _errorbar(ax_s, ks, ps, attrgetter("speedup_min", "speedup", "speedup_max"), **style)
+        ax_e.plot(ks, [p.efficiency for p in ps], **style)
     ax_s.set_ylabel("speed-up over 1 device\n(samples/s; bar: range of epochs)")
     ax_e.set_ylabel("scaling efficiency\n(speed-up / devices)")
     ax_s.set_ylim(bottom=0)
@@ -117,15 +121,7 @@ def plot_lr_scaling(points: Sequence[Point], title: str = "", mix_precisions: bo
     for i, (rule, ps) in enumerate(groups.items()):
         marker, dash = _STYLES[i % len(_STYLES)]
         ps = sorted(ps, key=lambda p: p.global_batch)
-        err = [[p.acc_mean - p.acc_min for p in ps], [p.acc_max - p.acc_mean for p in ps]]
-        ax.errorbar(
-            [p.global_batch for p in ps],
-            [p.acc_mean for p in ps],
-            yerr=err,
-            marker=marker,
-            linestyle=dash,
-            capsize=3,
-            label=f"lr rule: {rule}",
-        )
+        _errorbar(ax, [p.global_batch for p in ps], ps, _ACCURACY, marker=marker, linestyle=dash,
+                  label=f"lr rule: {rule}")
     ax.set_ylabel("test accuracy\n(mean over seeds, bar: range)")
     return _finish(fig, (ax,), title, "global batch (log scale)", precisions, batches, log2=True)
