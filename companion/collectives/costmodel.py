@@ -66,7 +66,7 @@ class Measurement:
 
 def bus_bandwidth(nbytes: float, seconds: float, world_size: int) -> float:
     """nccl-tests' bus bandwidth in bytes/s: ``nbytes / seconds * 2 (p - 1) / p``."""
-    _check_nbytes(nbytes)
+    _check_finite(nbytes, "nbytes")
     check_positive(seconds, "seconds", "give the measured time of one all-reduce")
     check_int(world_size, "world_size")
     return nbytes / seconds * 2 * (world_size - 1) / world_size
@@ -160,11 +160,11 @@ def _check_cost(algorithm: str, world_size: int) -> int:
     return check_int(world_size, "world_size")
 
 
-def _check_nbytes(nbytes: float) -> None:
-    if isinstance(nbytes, bool) or not (
-        isinstance(nbytes, numbers.Real) and 0 <= nbytes < math.inf
+def _check_finite(value: float, name: str) -> None:
+    if isinstance(value, bool) or not (
+        isinstance(value, numbers.Real) and 0 <= value < math.inf
     ):
-        raise ValueError(f"nbytes must be a finite number >= 0, got {nbytes!r}")
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
 def _check_timing(numels, algorithms, repeats: int, warmup: int = 0) -> None:
@@ -228,10 +228,8 @@ def predict(
     algorithm: str, world_size: int, nbytes: float, alpha: float, beta: float
 ) -> float:
     """Seconds the model predicts for one all-reduce of ``nbytes`` bytes per rank."""
-    _check_nbytes(nbytes)
-    for name, value in (("alpha", alpha), ("beta", beta)):
-        if not (isinstance(value, numbers.Real) and 0 <= value < math.inf):
-            raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    for name, value in (("nbytes", nbytes), ("alpha", alpha), ("beta", beta)):
+        _check_finite(value, name)
     messages, volume = cost_terms(algorithm, world_size)
     return messages * alpha + volume * nbytes * beta
 

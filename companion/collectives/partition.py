@@ -266,9 +266,8 @@ def train_reference(
     def global_batches():
         while True:  # epoch after epoch
             for batches in zip(*loaders):
-                yield torch.cat([X for X, _ in batches]), torch.cat(
-                    [y for _, y in batches]
-                )
+                Xs, ys = zip(*batches)
+                yield torch.cat(Xs), torch.cat(ys)
 
     set_seed(seed)
     net = get_model(model or get_profile(profile).model)

@@ -22,7 +22,9 @@ import torch
 import torch.distributed as dist
 
 from ..core.batches import rank_batch_size
-from ..core.checks import PROFILE_HELP, DefaultsHelp, check_int, positive_arg, profile_arg
+from ..core.checks import (
+    PROFILE_HELP, DefaultsHelp, check_int, count_arg, positive_arg, profile_arg
+)
 from ..core.data import Data, load_data
 from ..core.lines import say
 from ..core.models import get_model
@@ -32,16 +34,6 @@ from ..runtime.group import init_from_env
 from .training import train_ddp
 
 __all__ = ["build_parser", "check_options", "main"]
-
-
-def _count(text: str) -> int:
-    """An argparse type: an integer >= 0."""
-    if not (text.isascii() and text.isdigit()):
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
-    return int(text)
-
-
-_count.__name__ = "int"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--log-dir", help="TensorBoard log directory (rank 0 writes it)")
     add("--checkpoint", help="checkpoint file (rank 0 writes it atomically)")
-    add("--seed", type=_count, default=0, help="seed of the model and shuffles")
+    add("--seed", type=count_arg, default=0, help="seed of the model and shuffles")
     add(
         "--backend",
         choices=["auto", "gloo", "nccl"],
@@ -123,11 +115,8 @@ def check_options(args: argparse.Namespace, world_size: int) -> None:
             f"--checkpoint {args.checkpoint} is a directory; give a file name, "
             f"e.g. {os.path.join(args.checkpoint, 'model.pt')}"
         )
-    for option, path in (
-        ("--checkpoint", args.checkpoint),
-        ("--log-dir", args.log_dir),
-    ):
-        _check_parents(option, path)
+    _check_parents("--checkpoint", args.checkpoint)
+    _check_parents("--log-dir", args.log_dir)
     if args.log_dir is not None and os.path.isfile(args.log_dir):
         raise ValueError(f"--log-dir {args.log_dir} is a file; give a directory")
     if args.backend == "nccl" and not torch.cuda.is_available():

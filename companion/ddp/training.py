@@ -108,7 +108,7 @@ def train_ddp(data: Data, profile: Profile | str | None = None, **options) -> DD
 
 
 def _first_batch(data: Data, cfg: DDPConfig):
-    """Rank 0's first minibatch, on this rank's device (for the unused-parameter check)."""
+    """This rank's first minibatch, on its device (for the unused-parameter check)."""
     sampler = DistributedSampler(data.train, dist.get_world_size(), dist.get_rank(), seed=cfg.seed)
     return next(iter(SampledLoader(data.train, sampler, cfg.per_rank_batch, rank_device())))
 
