@@ -246,10 +246,7 @@ def check_port(port: Any, name: str = "port") -> Any:
     if port is None:
         return port
     hint = "give a TCP port from 1 to 65535, or None (or 0) to let the OS pick a free one"
-    check_int(port, name, 0, hint)
-    if port > 65535:
-        raise ValueError(f"{name} must be at most 65535, got {port}: {hint}")
-    return port
+    return check_int(port, name, 0, hint, maximum=65535)
 
 
 def check_data(data: Any, name: str = "data") -> Any:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
-from .devices import gpu_count
+from .devices import gpu_count, hardware_label
 
 __all__ = ["Profile", "PROFILES", "DATASETS", "get_profile", "describe_setup"]
 
@@ -130,8 +130,6 @@ _FALLBACK = {"cpu": " (the offline sample without a network: see the 'data:' lin
 
 def describe_setup(profile: Profile | None = None) -> str:
     """The notice printed atop every chapter: profile, hardware, and what they mean."""
-    from .devices import hardware_label
-
     profile = get_profile(profile)
     gpus = gpu_count()
     if gpus >= 2:

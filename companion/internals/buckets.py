@@ -83,10 +83,6 @@ class Bucket:
         self.work = None
 
     @property
-    def nbytes(self) -> int:
-        return self.buffer.numel() * self.buffer.element_size()
-
-    @property
     def complete(self) -> bool:
         return len(self.ready) == len(self.names)
 

@@ -29,7 +29,6 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-from torch.nn import functional as F
 
 from ..core.checks import check_choice, check_int
 from ..core.training import set_seed
@@ -37,6 +36,7 @@ from ..internals.tied_frozen_unused import TiedFrozenUnused
 from ..runtime.group import check_group, rank_device
 from .library import fsdp2
 from .training import full_parameters
+from .verify import _share_step
 
 __all__ = ["save_sharded", "load_sharded", "checkpoint_worker"]
 
@@ -80,14 +80,6 @@ def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str |
     )
 
 
-def _step(model, optimizer, X: torch.Tensor, y: torch.Tensor) -> None:
-    rank, n = dist.get_rank(), dist.get_world_size()
-    X_r, y_r = X.tensor_split(n)[rank], y.tensor_split(n)[rank]
-    (F.cross_entropy(model(X_r), y_r, reduction="sum") * n / len(y)).backward()
-    optimizer.step()
-    optimizer.zero_grad()
-
-
 def checkpoint_worker(
     rank: int, world_size: int, path: str, action: str, X: torch.Tensor, y: torch.Tensor,
     steps: int = 2,
@@ -103,11 +95,11 @@ def checkpoint_worker(
     model, optimizer = fsdp2(TiedFrozenUnused().to(device), torch.optim.Adam, lr=1e-2)
     if action == "save":
         for _ in range(steps):
-            _step(model, optimizer, X, y)
+            _share_step(model, optimizer, X, y)
         save_sharded(model, optimizer, path)
     else:
         load_sharded(model, optimizer, path)
     dist.barrier()
     at_checkpoint = full_parameters(model, optimizer)
-    _step(model, optimizer, X, y)
+    _share_step(model, optimizer, X, y)
     return {"at checkpoint": at_checkpoint, "one step later": full_parameters(model, optimizer)}

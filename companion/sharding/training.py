@@ -31,7 +31,8 @@ from ..ddp.config import DDPConfig
 from ..ddp.loop import setup_rank
 from ..runtime.epochs import train_epochs
 from ..internals.naive import trainable_parameters
-from ..runtime.group import check_group, rank_device
+from ..runtime.checkpoint import unwrap
+from ..runtime.group import check_group, ddp_device_ids, rank_device
 from .library import fsdp2, zero_redundancy
 from .zero1 import Zero1, check_precision
 from .zero2 import Zero2
@@ -55,8 +56,7 @@ def shard(
     check_choice(method, "method", METHODS)
     check_precision(mode, method)
     if method == "DDP":
-        device = next(net.parameters()).device
-        ids = [device] if device.type == "cuda" else None
+        ids = ddp_device_ids(next(net.parameters()).device)
         model = DDP(net, device_ids=ids, find_unused_parameters=find_unused_parameters)
         model.register_comm_hook(None, allreduce_hook)  # torch's own, in Python: countable
         return model, optimizer_class([p for _, p in trainable_parameters(net)], **defaults)
@@ -78,10 +78,9 @@ def full_parameters(model: nn.Module, optimizer: Any) -> torch.Tensor:
     if isinstance(optimizer, Zero3):
         whole = optimizer.full_parameters()
     else:
-        net = model.module if isinstance(model, DDP) else model
         whole = [
             p.full_tensor() if isinstance(p, DTensor) else p.detach()
-            for _, p in trainable_parameters(net)
+            for _, p in trainable_parameters(unwrap(model))
         ]
     return torch.cat([t.reshape(-1).cpu() for t in whole])
 

@@ -14,6 +14,7 @@ batch with the plain optimizer. Equal up to float64 rounding means equal.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch.nn import functional as F
 
 from ..core.checks import check_choice, check_int
@@ -54,7 +55,16 @@ def one_process(batches, optimizer: str = "Adam") -> torch.Tensor:
         F.cross_entropy(net(X), y).backward()
         opt.step()
         opt.zero_grad()
-    return torch.cat([p.detach().reshape(-1) for p in net.parameters() if p.requires_grad])
+    return full_parameters(net, opt)
+
+
+def _share_step(model, optimizer, X: torch.Tensor, y: torch.Tensor) -> None:
+    """One step on this rank's share of the global batch ``(X, y)``, weighed as above."""
+    rank, n = dist.get_rank(), dist.get_world_size()
+    X_r, y_r = X.tensor_split(n)[rank], y.tensor_split(n)[rank]
+    (F.cross_entropy(model(X_r), y_r, reduction="sum") * n / len(y)).backward()
+    optimizer.step()
+    optimizer.zero_grad()
 
 
 def compare_worker(
@@ -69,11 +79,6 @@ def compare_worker(
             model, opt = shard(method, _model().to(device), cls, find_unused_parameters=True,
                                bucket_cap_mb=0.001, **hp)  # several buckets for ZeRO-2
             for X, y in batches:
-                X, y = X.to(device), y.to(device)
-                X_r, y_r = X.tensor_split(world_size)[rank], y.tensor_split(world_size)[rank]
-                loss = F.cross_entropy(model(X_r), y_r, reduction="sum") * world_size / len(y)
-                loss.backward()
-                opt.step()
-                opt.zero_grad()
+                _share_step(model, opt, X.to(device), y.to(device))
             out[method, optimizer] = full_parameters(model, opt)
     return out

@@ -75,7 +75,7 @@ class Zero2(ShardedOptimizer):
         self.buckets = [
             GradBucket([params[i] for i in group], self.world_size, self.rank) for group in groups
         ]
-        self._next, self.reduce_scatters = 0, 0
+        self._next = 0
         for bucket in self.buckets:
             for i, p in enumerate(bucket.layout.params):
                 p.register_post_accumulate_grad_hook(partial(self._hook, bucket, i))
@@ -95,7 +95,6 @@ class Zero2(ShardedOptimizer):
             if not flush and len(b.ready) < len(b.layout.params):
                 return
             b.launch()
-            self.reduce_scatters += 1
             self._next += 1
         self._next = 0  # a round is over: the next backward starts again at bucket 0
 

@@ -117,7 +117,6 @@ class Zero3(ShardedOptimizer):
         self.units, modules = self._build_units(units)
         self.root = self.units[-1] if self.units[-1].name == "root" else None
         self.order: list[Unit] = []  # forward order, learnt in the first forward
-        self.gathers = self.reduce_scatters = 0
         for unit, module in zip(self.units, modules):
             if module is not None:
                 module.register_forward_pre_hook(partial(self._pre_forward, unit))
@@ -151,7 +150,6 @@ class Zero3(ShardedOptimizer):
     def _gather(self, unit: Unit) -> None:
         start = time.perf_counter()
         if work := unit.start_gather():
-            self.gathers += 1
             self._note(f"gather {unit.name}", work, start)
 
     def _note(self, label: str, work, start: float) -> None:
@@ -221,7 +219,6 @@ class Zero3(ShardedOptimizer):
         self._note(f"reduce-scatter {unit.name}", work, start)
         unit.pending.append((work, out))
         unit.grad, unit.ready = None, set()
-        self.reduce_scatters += 1
         unit.free()
 
     @torch.no_grad()
