@@ -96,13 +96,13 @@ def time_parts(
     t = times.tolist()
     n = len(batches)
     return Parts(
-        world_size,
-        list(batches),
-        t[:n],
-        grads.numel() * grads.element_size(),
-        t[n],
-        [4 * s for s in sweep],
-        t[n + 1 :],
+        world_size=world_size,
+        batches=list(batches),
+        compute=t[:n],
+        nbytes=grads.numel() * grads.element_size(),
+        comm=t[n],
+        sweep_bytes=[4 * s for s in sweep],
+        sweep_seconds=t[n + 1 :],
     )
 
 
