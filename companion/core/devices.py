@@ -29,6 +29,7 @@ __all__ = [
     "describe_devices",
     "synchronize",
     "synchronize_all",
+    "cpu_cores",
     "hardware_label",
 ]
 
@@ -156,6 +157,13 @@ def describe_devices(devices: list[torch.device]) -> str:
     )
 
 
+def cpu_cores() -> int:
+    """The CPU cores this process may run on (its affinity, where the OS reports one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def hardware_label() -> str:
     """A short label of the hardware that produced a number, e.g. for plot titles.
 
@@ -167,9 +175,5 @@ def hardware_label() -> str:
         if len(set(names)) == 1:
             return f"{gpus}x {names[0]}"
         return ", ".join(names)
-    cores = (
-        len(os.sched_getaffinity(0))
-        if hasattr(os, "sched_getaffinity")
-        else os.cpu_count()
-    )
+    cores = cpu_cores()
     return f"CPU, {cores} core{'s' if cores != 1 else ''} ({platform.machine()})"

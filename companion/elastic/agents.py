@@ -43,10 +43,8 @@ def free_port() -> int:
 
 def standalone_command(nproc: int, args: Sequence[str] = (), max_restarts: int = 0) -> list[str]:
     """``torchrun --standalone`` (one node) restarting failed workers ``max_restarts`` times."""
-    command = torchrun_command(check_int(nproc, "nproc"), args, "companion.elastic")
-    check_int(max_restarts, "max_restarts", 0)
-    command.insert(3, f"--max-restarts={max_restarts}")  # after --nproc-per-node
-    return command
+    restarts = f"--max-restarts={check_int(max_restarts, 'max_restarts', 0)}"
+    return torchrun_command(nproc, args, "companion.elastic", flags=[restarts])
 
 
 def agent_command(

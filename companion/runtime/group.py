@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from ..core.checks import check_choice, check_int, check_positive
-from ..core.devices import gpu_count
+from ..core.devices import cpu_cores, gpu_count
 
 __all__ = [
     "check_group",
@@ -113,8 +113,7 @@ def threads_per_worker(world_size: int) -> int:
     would fight over the cores (oversubscription).
     """
     check_int(world_size, "world_size")
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return max(1, (cores or os.cpu_count() or 1) // world_size)
+    return max(1, cpu_cores() // world_size)
 
 
 def _exit_with_parent(parent: int) -> None:

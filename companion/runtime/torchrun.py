@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from ..core.checks import check_positive
+from ..core.checks import check_int, check_positive
 from .group import threads_per_worker
 from .supervise import STOP_GRACE
 
@@ -31,12 +31,14 @@ __all__ = ["torchrun_command", "TorchrunResult", "run_torchrun"]
 
 
 def torchrun_command(
-    nproc: int, args: Sequence[str] = (), module: str = "companion.ddp"
+    nproc: int,
+    args: Sequence[str] = (),
+    module: str = "companion.ddp",
+    flags: Sequence[str] = (),
 ) -> list[str]:
-    """``torchrun --standalone --nproc-per-node=nproc -m module args...`` as a list."""
-    if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
-        raise ValueError(f"nproc must be an integer >= 1, got {nproc!r}")
-    head = ["torchrun", "--standalone", f"--nproc-per-node={nproc}", "-m", module]
+    """``torchrun --standalone --nproc-per-node=nproc [flags...] -m module args...`` as a list."""
+    nproc = check_int(nproc, "nproc")
+    head = ["torchrun", "--standalone", f"--nproc-per-node={nproc}", *flags, "-m", module]
     return head + [str(a) for a in args]
 
 

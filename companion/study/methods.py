@@ -50,6 +50,7 @@ __all__ = [
     "run_allreduce",
     "run_dataparallel",
     "run_ddp",
+    "run_internals",
     "run_processes",
     "run_sharded",
 ]

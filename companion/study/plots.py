@@ -58,9 +58,10 @@ def _errorbar(ax, xs, ps: Sequence[Point], low_mid_high, **style) -> None:
 
 def _accuracy_axis(ax, points: Sequence[Point], least: float = 0.2) -> None:
     """At least ``least`` of accuracy on the axis (within 0..1): a spread of 0.01 drawn
-    over the whole height would make one point look like a cliff."""
+    over the whole height would make one point look like a cliff. A margin of 5% on
+    each side keeps the caps of the widest bars inside the axes."""
     low, high = min(p.acc_min for p in points), max(p.acc_max for p in points)
-    pad = max(0.0, least - (high - low)) / 2
+    pad = max(least - (high - low), 0.1 * (high - low)) / 2
     low, high = max(0.0, low - pad), min(1.0, high + pad)
     ax.set_ylim(min(low, 1.0 - least), max(high, least))
 

@@ -17,23 +17,16 @@ same work with both settings.
 
 from __future__ import annotations
 
-import os
 import time
 
 import torch
 import torch.distributed as dist
 
+from ..core.devices import cpu_cores
 from ..runtime.group import threads_per_worker
 from ..runtime.launcher import launch
 
-__all__ = ["cores", "matmul_seconds", "oversubscription"]
-
-
-def cores() -> int:
-    """The CPU cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+__all__ = ["matmul_seconds", "oversubscription"]
 
 
 def matmul_seconds(rank: int, world_size: int, threads: int, size: int, repeats: int) -> dict:
@@ -65,13 +58,13 @@ def oversubscription(
     ``"cores // N"``: each uses :func:`threads_per_worker`. For each, the
     threads per worker, the threads in all, and the slowest worker's seconds.
     """
-    world_size = cores() if world_size is None else world_size
+    world_size = cpu_cores() if world_size is None else world_size
     if type(world_size) is not int or world_size < 1:
         raise ValueError(f"world_size must be an integer >= 1, got {world_size!r}")
     if min(size, repeats) < 1:
         raise ValueError(f"size and repeats must be >= 1, got {size}, {repeats}")
     found = {}
-    for label, threads in (("every core", cores()), ("cores // N", threads_per_worker(world_size))):
+    for label, threads in (("every core", cpu_cores()), ("cores // N", threads_per_worker(world_size))):
         runs = launch(matmul_seconds, world_size, threads, size, repeats, backend="gloo")
         found[label] = {
             "threads per worker": runs[0]["threads"],

@@ -81,3 +81,7 @@ def test_the_accuracy_axis_is_not_zoomed_into_a_small_spread():
     near_one = [StudyRecord("a", 1, 1, 0.995, 1.0, 100.0, 1.0, "hw", "ci", global_batch=64)]
     low, high = plot_study(aggregate(near_one)).axes[0].get_ylim()
     assert high <= 1.0 and high - low >= 0.2 - 1e-9
+    wide = [StudyRecord("a", 1, 1, acc, 1.0, 100.0, 1.0, "hw", "ci", global_batch=64, seed=seed)
+            for seed, acc in enumerate((0.3, 0.6, 0.9))]
+    low, high = plot_study(aggregate(wide)).axes[0].get_ylim()
+    assert low < 0.3 and high > 0.9, "the caps of the widest bar sit inside the axes"
