@@ -125,7 +125,10 @@ def test_workers_end_when_the_launching_process_is_killed(tmp_path):
         if __name__ == "__main__":
             launch(faulty, 2, "hang", on_rank=1, pid_dir={str(tmp_path)!r}, timeout=600, backend="gloo")
     """)
-    parent = subprocess.Popen([sys.executable, "-c", script])
+    # The killed parent cannot remove its fork server's folder: keep it out of /tmp.
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+    parent = subprocess.Popen([sys.executable, "-c", script], env=env)
     try:
         deadline = time.monotonic() + 60
         while len(written_pids(tmp_path)) < 2 and time.monotonic() < deadline:
