@@ -9,7 +9,7 @@ from companion.troubleshoot.threads import oversubscription
 pytestmark = pytest.mark.ch8
 
 
-def test_every_core_against_a_share_of_the_cpu_cores():
+def test_every_core_against_a_share_of_the_cores():
     found = oversubscription(2, size=32, repeats=3)
     assert found["every core"]["threads per worker"] == cpu_cores()
     assert found["every core"]["threads in all"] == 2 * cpu_cores()
