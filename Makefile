@@ -1,13 +1,13 @@
 # Two commands for readers and CI (see README.md):
 #   make book   set up .venv, install everything, build the website into _build/html
 #   make test   set up .venv, install everything, run the tests and nbval over book/
-# PYTHON picks the interpreter for the virtual environment (3.11 or 3.12).
+# PYTHON picks the interpreter for the virtual environment (3.11, 3.12 or 3.13).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 NOTEBOOKS := $(wildcard book/*.ipynb)
 
-.PHONY: book test notebooks profile-check gpu-check clean
+.PHONY: book test notebooks profile-check colab-wheel colab-test colab-check gpu-check clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,5 +52,47 @@ gpu-check: $(VENV)/.installed
 	BOOK_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider tests -ra
 	BOOK_PROFILE=gpu BOOK_DATA=$(GPU_CHECK_DATA) $(BIN)/python .ci/execute_notebooks.py _build/gpu-check $(NOTEBOOKS)
 
+# CI's Colab leg: the runtime a Colab reader has (Python 3.13, torch 2.11.0,
+# torchvision 0.26.0: .ci/colab-requirements.txt), companion installed from a
+# wheel built from this checkout, with its dependencies and Colab's torch kept,
+# as each chapter's first cell installs it (never -e: an installed wheel holds
+# only what the package ships). colab-test runs the tests of the code that
+# differs between torch versions (chapter 9's collectives, the study that runs
+# them, the wheel) against that wheel from outside the checkout; colab-check
+# executes every chapter under the cpu profile (a Colab reader without a GPU)
+# as profile-check does.
+# pyenv's Python 3.13 where there is one (CI's machines have it, not as the global one)
+COLAB_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) python3.13)
+COLAB_VENV ?= .venv-colab
+COLAB := $(COLAB_VENV)/bin
+COLAB_WHEEL := _build/colab-wheel
+COLAB_TESTS := tests/core/test_compat.py tests/sharding tests/study tests/elastic/test_package_data.py
+
+$(COLAB_VENV)/.installed: .ci/colab-requirements.txt
+	rm -rf $(COLAB_VENV)
+	$(COLAB_PYTHON) -m venv $(COLAB_VENV)
+	$(COLAB)/python -m pip install --upgrade pip
+	$(COLAB)/python -m pip install -r .ci/colab-requirements.txt
+	touch $@
+
+colab-wheel: $(COLAB_VENV)/.installed
+	rm -rf build $(COLAB_WHEEL)
+	$(COLAB)/python -m pip wheel --no-deps -w $(COLAB_WHEEL) .
+	rm -rf build
+	$(COLAB)/python -m pip uninstall -y companion
+	$(COLAB)/python -m pip install $(COLAB_WHEEL)/companion-*.whl
+	cd book && ../$(COLAB)/python -c "import sys, torch, companion; \
+	  print(f'Colab leg: Python {sys.version.split()[0]}, torch {torch.__version__}, companion from {companion.__file__}'); \
+	  sys.exit(0 if 'site-packages' in companion.__file__ else 'companion is not the installed wheel')"
+
+colab-test: colab-wheel
+	scratch=$$(mktemp -d) && cd $$scratch && COMPANION_FROM_WHEEL=1 BOOK_PROFILE=ci \
+	  $(CURDIR)/$(COLAB)/python -m pytest -p no:cacheprovider --import-mode=append \
+	  --rootdir=$(CURDIR) --durations=5 $(addprefix $(CURDIR)/,$(COLAB_TESTS)); \
+	  status=$$?; cd $(CURDIR); rm -rf $$scratch; exit $$status
+
+colab-check: colab-wheel
+	BOOK_PROFILE=cpu $(COLAB)/python .ci/execute_notebooks.py --same-checks _build/cpu-check $(NOTEBOOKS)
+
 clean:
-	rm -rf _build
+	rm -rf _build build

@@ -15,6 +15,21 @@ import torch
 def pytest_configure(config):
     """nbval's kernels exit as a reader's Jupyter kernel does, into a folder of their own."""
     _nbval_kernels_exit_cleanly()
+    _installed_package_if_asked()
+
+
+def _installed_package_if_asked() -> None:
+    """With ``COMPANION_FROM_WHEEL=1`` (CI's Colab leg), the tests must be testing the
+    installed wheel, not the source tree beside them."""
+    if os.environ.get("COMPANION_FROM_WHEEL") == "1":
+        import companion
+
+        where = Path(companion.__file__).resolve()
+        if "site-packages" not in where.parts:
+            raise pytest.UsageError(
+                f"COMPANION_FROM_WHEEL=1, but companion was imported from {where}: run "
+                f"pytest from outside the checkout with --import-mode=append (make colab-test)"
+            )
 
 
 def _nbval_kernels_exit_cleanly() -> None:

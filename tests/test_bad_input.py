@@ -200,6 +200,8 @@ CASES = [
     ("study.run_sharded unknown method", lambda t: st.run_sharded("ZeRO-4"), ValueError, r"unknown method 'ZeRO-4'; choose one of"),
     ("check_fp32 bf16", lambda t: core.check_fp32(core.MathMode("bf16", "cpu"), "split.train"), ValueError, r"split\.train computes in fp32 only, got precision=bf16: pass precision='fp32'"),
     ("gpu_indices not a device", lambda t: core.gpu_indices(["x"]), ValueError, r"'x' is not a device: give 'cpu', 'cuda:0'"),
+    ("core.check_torch 2.10", lambda t: core.check_torch("2.10.1+cu128"), ImportError, r"companion needs torch>=2\.11, but torch 2\.10\.1\+cu128 is installed: upgrade it with pip install"),
+    ("core.check_torch not a version", lambda t: core.check_torch("nightly"), ValueError, r"not a torch version: 'nightly'"),
     ("core.linear_lr world_size=0", lambda t: core.linear_lr(0.1, 0), ValueError, r"world_size must be an integer >= 1, got 0"),
     ("core.lr_schedule unknown rule", lambda t: core.lr_schedule(0.1, 2, "cubic", 3), ValueError, r"unknown rule 'cubic'; choose one of \['none', 'linear', 'warmup'\]"),
     ("core.scaled_lr unknown rule", lambda t: core.scaled_lr(0.1, 2, "cubic"), ValueError, r"unknown rule 'cubic'; choose one of"),
@@ -555,7 +557,10 @@ CASES = [
     ("point_to_point without a process group", lambda t: col.point_to_point(0, 2), RuntimeError, r"no process group"),
     ("ring_trace without a process group", lambda t: col.ring_trace(0, 2), RuntimeError, r"no process group"),
     ("trace_allreduce without a process group", lambda t: col.trace_allreduce(0, 2), RuntimeError, r"no process group"),
-    ("MathMode precision fp8", lambda t: core.MathMode("fp8", "cpu"), ValueError, r"precision must be one of \('fp32', 'bf16', 'fp16'\) or 'auto', got 'fp8'"),
+    ("MathMode precision fp8", lambda t: core.MathMode("fp8", "cpu"), ValueError, r"precision must be one of \('fp32', 'bf16', 'fp16'\), 'auto' or 'fp64' \(float64, for checks\), got 'fp8'"),
+    ("check_exact bf16", lambda t: core.check_exact("bf16", "train_reference_ddp"), ValueError, r"train_reference_ddp computes in fp32 or fp64 only, got precision='bf16': pass precision='fp64' for an equivalence check, or 'fp32'"),
+    ("train_reference_ddp precision fp16", lambda t: ddp.train_reference_ddp(1, TINY, "ci", global_batch=4, lr=0.1, steps=1, precision="fp16"), ValueError, r"train_reference_ddp computes in fp32 or fp64 only, got precision='fp16'"),
+    ("check_batch float32 batch into a float64 model that does not cast", lambda t: core.check_batch(net().double(), X, Y), TypeError, r"X has dtype torch\.float32 but the model's parameters are torch\.float64: convert the batch"),
     ("dataparallel.wrap_dataparallel unknown device", lambda t: dp.wrap_dataparallel(net(), ["tpu"]), ValueError, r"'tpu' is not a device"),
     ("peak_memory_per_device on CPUs", lambda t: dp.peak_memory_per_device(net(), X, Y, ["cpu", "cpu"]), ValueError, r"needs two or more distinct GPUs.*use output_device_bytes"),
     ("ddp_worker TensorDataset", lambda t: ddp.ddp_worker(0, 1, TENSORS), TypeError, r"data must be a companion\.core\.Data"),
@@ -739,6 +744,8 @@ WORKER = "a worker that companion.runtime.launch starts with the package's own a
 TRACE = "draws or reads the traces that the package's record_* functions and traced all-reduces return, never a user's values"
 TAKES_OWN = "takes only objects the package builds for it (a Rank from setup_rank, a rebuilt DDP), not a user's values"
 NO_ROW = {  # 'package.name': why it needs no bad-input row
+    "core.reduce_scatter_single": "passes its arguments to torch.distributed's own collective, which checks them",
+    "core.all_gather_single": "passes its arguments to torch.distributed's own collective, which checks them",
     "runtime.train_epochs": TAKES_OWN, "runtime.epoch_record": TAKES_OWN, "runtime.Rank": RECORD,
     "internals.fill_unused": TAKES_OWN, "internals.sample_weight": TAKES_OWN,
     "internals.recording": TAKES_OWN, "elastic.StepLog": TAKES_OWN,

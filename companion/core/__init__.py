@@ -1,5 +1,8 @@
 """Used by every chapter: devices, profiles, data, models, one-device training, results, listings, whole lines."""
 
+# compat first: it refuses a torch older than the book's floor, with a clear message.
+from . import compat  # noqa: I001
+
 # Every module's public names, re-exported: ``from companion.core import ...``.
 from . import (
     batches,
@@ -18,6 +21,7 @@ from . import (
     training,
 )
 from .batches import *  # noqa: F401,F403
+from .compat import *  # noqa: F401,F403
 from .checks import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
 from .devices import *  # noqa: F401,F403
@@ -36,6 +40,7 @@ __all__ = list(
     dict.fromkeys(
         [
             *checks.__all__,
+            *compat.__all__,
             *devices.__all__,
             *precision.__all__,
             *profiles.__all__,

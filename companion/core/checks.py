@@ -146,31 +146,35 @@ def check_tensor(value: Any, name: str, hint: str = "") -> Any:
 def check_batch(net: Any, X: Any, y: Any, loss_fn: Any = None) -> None:
     """``(X, y)`` as a training step takes them, checked before torch sees them.
 
-    ``X``: a tensor in the floating dtype of ``net``'s parameters (a float64 or
-    uint8 batch into a float32 model fails deep inside a layer); ``y``: a
-    tensor with one entry per sample; with ``nn.CrossEntropyLoss`` as
-    ``loss_fn``, a 1-D ``y`` must hold integer class labels, not floats.
+    ``X``: a tensor in the floating dtype of ``net``'s parameters (a float64 or uint8
+    batch into a float32 model fails deep inside a layer), or any floating one if the
+    model casts its inputs (``MathMode("fp64").place``); ``y``: a tensor with one entry
+    per sample; with ``nn.CrossEntropyLoss``, a 1-D ``y`` must hold class labels.
     """
     from torch import nn
 
     check_tensor(X, "X", "pass the batch's inputs as one tensor")
     check_tensor(y, "y", "pass the batch's labels as one tensor")
     param = next((p for p in net.parameters() if p.is_floating_point()), None)
-    if param is not None and X.dtype != param.dtype:
-        raise TypeError(
-            f"X has dtype {X.dtype} but the model's parameters are {param.dtype}: "
-            f"convert the batch with X.to({param.dtype}) (images: X.float() / 255)"
-        )
+    cast = X.is_floating_point() and _casts_inputs(net)
+    if param is not None and X.dtype != param.dtype and not cast:
+        raise TypeError(f"X has dtype {X.dtype} but the model's parameters are {param.dtype}: "
+                        f"convert the batch with X.to({param.dtype}) (images: X.float() / 255)")
     if isinstance(loss_fn, nn.CrossEntropyLoss) and y.dim() == 1 and y.is_floating_point():
-        raise TypeError(
-            f"y holds {y.dtype} values, not class labels: pass integer labels "
-            f"(y.long()), one per sample"
-        )
+        raise TypeError(f"y holds {y.dtype} values, not class labels: pass integer labels "
+                        f"(y.long()), one per sample")
     if X.dim() == 0 or len(X) != len(y):
         raise ValueError(
             f"X holds {len(X) if X.dim() else 0} samples but y {len(y) if y.dim() else 0} "
             f"labels: give one label per sample"
         )
+
+
+def _casts_inputs(net: Any) -> bool:
+    """Whether the model, or a wrapper around it (``.module``), casts the inputs itself."""
+    modules = (net, getattr(net, "module", net))
+    return any(getattr(hook, "casts_inputs", False)
+               for m in modules for hook in getattr(m, "_forward_pre_hooks", {}).values())
 
 
 def check_distinct(values: Iterable, name: str) -> list:

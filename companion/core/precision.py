@@ -1,6 +1,6 @@
-"""Precision: exact fp32 for checks, what TF32 does, and mixed precision for speed.
+"""Precision: exact fp32, float64 for checks, what TF32 does, and mixed precision for speed.
 
-Used in: chapters 1 (the fast baseline) and 2 (and every equivalence check).
+Used in: chapters 1 (the fast baseline) and 2, and the float64 checks of chapters 5 and 6.
 
 On NVIDIA GPUs since Ampere, cuDNN convolutions run in **TF32** by default
 (``torch.backends.cudnn.allow_tf32`` is ``True``): the inputs of each
@@ -9,6 +9,10 @@ products are accumulated in fp32. Results move by about 1e-4 relative, far
 more than the reordering of fp32 sums that data parallelism causes (about
 1e-7), so a check that compares a parallel method with one device on a GPU
 must switch TF32 off: :func:`strict_fp32`.
+
+Exact fp32 still depends on CPU threads: one process's reductions split across them
+differently, one ulp can flip a max-pool or ReLU decision, and the gap grows. Checks
+against one process therefore compute in float64 (``MathMode("fp64")``).
 
 :func:`tf32_emulation` reproduces that rounding with ordinary fp32 operations,
 on any device, so the size of the effect can be measured without a GPU.
@@ -35,6 +39,8 @@ __all__ = [
     "PRECISIONS",
     "best_precision",
     "check_fp32",
+    "CHECK_PRECISION",
+    "check_exact",
     "MathMode",
     "amp_train_step",
 ]
@@ -164,7 +170,8 @@ def gradient_gap(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> dict[str, 
     return out
 
 
-PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISIONS = ("fp32", "bf16", "fp16")  # to train in
+CHECK_PRECISION = "fp64"  # float64 weights and inputs: for equivalence checks, never picked
 
 
 def best_precision(device: torch.device | str) -> str:
@@ -193,6 +200,22 @@ def check_fp32(precision: str, where: str) -> str:
     return precision
 
 
+def check_exact(precision: str, where: str) -> str:
+    """``precision`` if fp32 or fp64 (no autocast); else a ``ValueError`` saying what to pass."""
+    if precision not in ("fp32", CHECK_PRECISION):
+        raise ValueError(f"{where} computes in fp32 or fp64 only, got precision={precision!r}: "
+                         f"pass precision='fp64' for an equivalence check, or 'fp32'")
+    return precision
+
+
+def _inputs_to_float64(module: nn.Module, args: tuple) -> tuple:
+    """A forward pre-hook: floating-point inputs become float64 (``MathMode("fp64")``)."""
+    return tuple(a.double() if torch.is_tensor(a) and a.is_floating_point() else a for a in args)
+
+
+_inputs_to_float64.casts_inputs = True  # check_batch lets float32 batches in
+
+
 class MathMode:
     """How a training step computes: ``precision`` and the memory layout.
 
@@ -201,16 +224,16 @@ class MathMode:
     also scales the loss (``torch.amp.GradScaler``) so small gradients do not
     underflow. ``channels_last`` stores images and convolution weights in
     NHWC order, the layout tensor cores read fastest. ``"auto"`` is
-    :func:`best_precision`.
+    :func:`best_precision`. ``"fp64"`` (:data:`CHECK_PRECISION`, never ``"auto"``'s
+    choice) is for equivalence checks: :meth:`place` makes weights and inputs float64.
     """
 
     def __init__(self, precision: str, device, channels_last: bool = False):
         device = torch.device(device)
         precision = best_precision(device) if precision == "auto" else precision
-        if precision not in PRECISIONS:
-            raise ValueError(
-                f"precision must be one of {PRECISIONS} or 'auto', got {precision!r}"
-            )
+        if precision not in (*PRECISIONS, CHECK_PRECISION):
+            raise ValueError(f"precision must be one of {PRECISIONS}, 'auto' or "
+                             f"{CHECK_PRECISION!r} (float64, for checks), got {precision!r}")
         self.precision, self.channels_last = precision, channels_last
         self.device_type = device.type
         self.dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
@@ -219,8 +242,8 @@ class MathMode:
 
     @property
     def plain(self) -> bool:
-        """fp32 in the default layout: ``train_step`` computes exactly this."""
-        return self.precision == "fp32" and not self.channels_last
+        """fp32 or fp64 in the default layout: ``train_step`` computes exactly this."""
+        return self.precision in ("fp32", CHECK_PRECISION) and not self.channels_last
 
     def __repr__(self) -> str:
         layout = ", channels_last" if self.channels_last else ""
@@ -232,8 +255,13 @@ class MathMode:
         return torch.autocast(self.device_type, dtype=self.dtype)
 
     def place(self, net: nn.Module, device: torch.device | str) -> nn.Module:
-        """``net`` moved to ``device``, in channels-last layout if the mode says so."""
+        """``net`` moved to ``device``, in channels-last layout if the mode says so;
+        under fp64 in float64, casting its floating inputs to float64 (a pre-hook)."""
         net.to(device)
+        if self.precision == CHECK_PRECISION:
+            net.double()
+            if _inputs_to_float64 not in net._forward_pre_hooks.values():
+                net.register_forward_pre_hook(_inputs_to_float64)
         return net.to(memory_format=torch.channels_last) if self.channels_last else net
 
     def layout(self, t: torch.Tensor) -> torch.Tensor:

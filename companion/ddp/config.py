@@ -36,7 +36,7 @@ class DDPConfig:
     # DDP looks for parameters that forward does not use, after every forward pass:
     # an extra traversal of the autograd graph each step. Off: they raise first.
     find_unused_parameters: bool = False
-    precision: str | None = None  # fp32, bf16, fp16 or auto (MathMode)
+    precision: str | None = None  # fp32, bf16, fp16, auto, or fp64 for checks (MathMode)
     channels_last: bool | None = None
     verbose: bool = False
 

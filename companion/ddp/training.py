@@ -35,6 +35,7 @@ from ..core.checks import check_data, check_not_empty
 from ..core.data import Data
 from ..core.lines import say
 from ..core.models import get_model
+from ..core.precision import MathMode, check_exact
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
 from ..core.training import flat_params, set_seed, sgd_steps
@@ -172,14 +173,18 @@ def train_reference_ddp(
     steps: int,
     model: str | None = None,
     seed: int = 0,
+    precision: str = "fp32",
 ) -> torch.Tensor:
     """One process's SGD on the global minibatches that DDP's ``world_size`` ranks read.
 
     Step ``k`` concatenates, in rank order, minibatch ``k`` of every rank's
     ``DistributedSampler`` share (same seed and epochs as :func:`train_ddp`)
     and takes one ordinary step on its mean loss. Returns the flat parameters.
+    ``precision`` is ``"fp32"`` or ``"fp64"``, the workers' (float64 for a
+    verdict that does not depend on this process's number of threads).
     """
     check_data(data)
+    mode = MathMode(check_exact(precision, "train_reference_ddp"), "cpu")
     batch = rank_batch_size(global_batch, world_size)
     X_all, y_all = data.train.tensors()
 
@@ -194,5 +199,5 @@ def train_reference_ddp(
                 yield X_all[idx], y_all[idx]
 
     set_seed(seed)
-    net = get_model(model or get_profile(profile).model)
+    net = mode.place(get_model(model or get_profile(profile).model), "cpu")
     return sgd_steps(net, global_batches(), lr, steps)

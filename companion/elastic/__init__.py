@@ -5,7 +5,8 @@ FILE`` runs :mod:`.cli`; :mod:`.snapshot` is what a restart needs,
 :mod:`.sampler` where it resumes in an epoch, :mod:`.rendezvous`
 how a restarted worker rejoins, :mod:`.trainer` the training
 loop, :mod:`.agents` runs several torchrun agents from Python,
-:mod:`.launchers` and :mod:`.kubernetes` check the launch files in ``launch/``,
+:mod:`.launchers` and :mod:`.kubernetes` check the launch files shipped in
+``launch/`` (``LAUNCH_DIR``),
 and :mod:`.published_job`
 the mistakes of a published torchrun job.
 """

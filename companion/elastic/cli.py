@@ -9,9 +9,10 @@ On one machine, restarting failed workers up to three times::
 
 On several machines, the same command after a rendezvous on one of them
 (``--nnodes=2 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT --rdzv-id=JOB``),
-which is what ``launch/slurm/train.sbatch`` and the Kubernetes manifests in
-``launch/kubernetes/`` run. Run ``python -m companion.elastic --help`` for the
-options.
+which is what the launch files in ``companion/elastic/launch/``
+(:data:`~companion.elastic.launchers.LAUNCH_DIR`) run: ``slurm/train.sbatch``
+and the Kubernetes manifests in ``kubernetes/``. Run
+``python -m companion.elastic --help`` for the options.
 
 Resuming a snapshot that has already trained ``--epochs`` epochs trains
 nothing: rank 0 says so and every process exits 0 (a non-zero exit would make

@@ -1,4 +1,4 @@
-"""The Kubernetes launch files in ``launch/kubernetes/``, checked field by field.
+"""The Kubernetes launch files in ``companion/elastic/launch/kubernetes/``, checked field by field.
 
 Used in: chapter 8.
 
@@ -60,8 +60,8 @@ def _image(container: dict, path) -> str:
     _fail_unless(
         container.get("image") == built,
         path,
-        f"image {container.get('image')} is not {built}, the image launch/Dockerfile builds "
-        "with companion installed",
+        f"image {container.get('image')} is not {built}, the image "
+        "companion/elastic/launch/Dockerfile builds with companion installed",
     )
     return built
 

@@ -17,6 +17,12 @@ inconsistency:
 * the Kubernetes manifests, in :mod:`companion.elastic.kubernetes`.
 
 Each returns a summary (a dict) of what the job would run.
+
+``launch/`` is package data (``companion/elastic/launch/``, in the wheel too):
+:data:`LAUNCH_DIR` is found with :mod:`importlib.resources`, and the version
+and torch floor the image must match are the installed package's metadata
+(pyproject.toml's, read with :mod:`importlib.metadata`), so the checks run
+the same from a wheel (Colab) as from the repository.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import re
 import shlex
 import subprocess
 import tempfile
+from importlib import metadata, resources
 from pathlib import Path
 
 from .cli import build_parser
@@ -38,7 +45,8 @@ __all__ = [
     "check_sbatch",
 ]
 
-LAUNCH_DIR = Path(__file__).resolve().parents[2] / "launch"
+# Package data, a real folder wherever companion is installed (a wheel, or -e .).
+LAUNCH_DIR = Path(str(resources.files(__package__) / "launch"))
 
 
 class LaunchFileError(ValueError):
@@ -155,10 +163,30 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text)[:2])
 
 
+def _installed(package: str = "companion") -> tuple[str, str]:
+    """The installed ``package``'s version and torch floor, from its metadata (pyproject.toml's)."""
+    try:
+        version, requires = metadata.version(package), metadata.requires(package) or []
+    except metadata.PackageNotFoundError:
+        raise LaunchFileError(
+            f"{package} is not installed, so it has no metadata to read its version and torch "
+            f"floor from: pip install it (pip install -e . in the repository)"
+        ) from None
+    floors = [m[1] for r in requires if (m := re.match(r"torch\s*>=\s*([\d.]+)", r))]
+    if not floors:
+        raise LaunchFileError(
+            f"the installed {package} {version} requires no torch>=X (its metadata: {requires}): "
+            f"give the floor in pyproject.toml's dependencies and reinstall the package"
+        )
+    return version, floors[0]
+
+
 def check_dockerfile(path: str | Path = LAUNCH_DIR / "Dockerfile") -> dict:
     """The image the manifests run: a PyTorch base at the package's torch floor, companion in it.
 
-    Returns ``{"image": the tag it is built as, "base": ..., "torch": ...}``.
+    The floor and the version the tag must carry are the installed package's
+    (``importlib.metadata``). Returns ``{"image": the tag it is built as,
+    "base": ..., "torch": the base's torch, "floor": the package's torch floor}``.
     """
     path = Path(path)
     text = re.sub(r"\\\n", " ", path.read_text())
@@ -170,12 +198,12 @@ def check_dockerfile(path: str | Path = LAUNCH_DIR / "Dockerfile") -> dict:
         path,
         f"FROM {base[0]}: start from a pytorch/pytorch CUDA image (torch, CUDA and NCCL inside)",
     )
-    pyproject = (path.parent.parent / "pyproject.toml").read_text()
-    floor = re.search(r'"torch>=([\d.]+)"', pyproject)[1]
+    version, floor = _installed()
     _fail_unless(
         _version(tag) >= _version(floor),
         path,
-        f"the base image has torch {tag.split('-')[0]}, the package needs torch>={floor}",
+        f"the base image has torch {tag.split('-')[0]}, the package needs torch>={floor} "
+        f"(the installed companion {version}'s requirement, from pyproject.toml)",
     )
     _fail_unless(
         re.search(r"^RUN .*pip install[^\n]* \.(\s|&&|$)", text, re.MULTILINE) is not None
@@ -185,15 +213,15 @@ def check_dockerfile(path: str | Path = LAUNCH_DIR / "Dockerfile") -> dict:
     )
     image = re.search(r'^LABEL org\.opencontainers\.image\.ref\.name="([^"]+)"', text, re.M)
     _fail_unless(image is not None, path, "name the image: LABEL org.opencontainers.image.ref.name")
-    version = re.search(r'^version = "([^"]+)"', pyproject, re.MULTILINE)[1]
     _fail_unless(
         image[1].endswith(f":{version}"),
         path,
-        f"image {image[1]}: tag it with the package version {version} of pyproject.toml",
+        f"image {image[1]}: tag it with the package version {version} (the installed "
+        f"companion's metadata, from pyproject.toml)",
     )
     _fail_unless(
         f"-t {image[1]} " in text,
         path,
         f"the build command in the comments must tag the image {image[1]}",
     )
-    return {"image": image[1], "base": base[0], "torch": tag.split("-")[0]}
+    return {"image": image[1], "base": base[0], "torch": tag.split("-")[0], "floor": floor}

@@ -36,7 +36,10 @@ from ..core.checks import check_choice, check_int
 
 __all__ = ["Ledger", "count_bytes", "ring_cost", "expected_bytes"]
 
-KINDS = {  # torch.distributed function: (kind, the argument that is the whole tensor)
+# torch.distributed function: (kind, the argument that is the whole tensor). torch
+# 2.13 added the *_single names; older torch has only the *_tensor ones
+# (companion.core.compat calls whichever the installed torch has).
+KINDS = {
     "all_reduce": ("all-reduce", "tensor"),
     "reduce_scatter_single": ("reduce-scatter", "input"),
     "reduce_scatter_tensor": ("reduce-scatter", "input"),
@@ -98,9 +101,9 @@ def _counting(name: str, real, ledger: Ledger):
 
 @contextlib.contextmanager
 def count_bytes() -> Iterator[Ledger]:
-    """Inside: every collective of :data:`KINDS` is written into the yielded ledger."""
+    """Inside: every collective of :data:`KINDS` that this torch has goes into the yielded ledger."""
     ledger = Ledger(dist.get_world_size())
-    saved = {name: getattr(dist, name) for name in KINDS}
+    saved = {name: getattr(dist, name) for name in KINDS if hasattr(dist, name)}
     for name, real in saved.items():
         setattr(dist, name, _counting(name, real, ledger))
     try:

@@ -28,9 +28,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
+from ..core.compat import all_gather_single, reduce_scatter_single
 from ..core.checks import check_instance, check_module
 from ..core.precision import MathMode
 from ..internals.naive import broadcast_state, trainable_parameters
@@ -111,8 +111,8 @@ class Zero1(ShardedOptimizer):
         grad = self.layout.flat_grad().div_(self.world_size)  # zeros for unused ones
         shard = self.shard_params[0]
         shard.grad = torch.empty_like(shard)
-        dist.reduce_scatter_single(shard.grad, grad)  # average, keep my shard
+        reduce_scatter_single(shard.grad, grad)  # average, keep my shard
         del grad
         self.inner.step()  # my shard of the parameters, my shard of the state
         shard.grad = None
-        dist.all_gather_single(self.flat, shard.detach().clone())  # whole again
+        all_gather_single(self.flat, shard.detach().clone())  # whole again

@@ -25,9 +25,9 @@ from functools import partial
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
+from ..core.compat import all_gather_single, reduce_scatter_single
 from ..internals.buckets import assign_buckets
 from ..internals.naive import broadcast_state
 from .flat import FlatShards
@@ -57,7 +57,7 @@ class GradBucket:
         """Start the reduce-scatter of this bucket (zeros where no gradient came)."""
         grad = self.grad if self.grad is not None else self.layout.empty()
         out = torch.empty(self.layout.shard_numel, dtype=grad.dtype, device=grad.device)
-        work = dist.reduce_scatter_single(out, grad, async_op=True)
+        work = reduce_scatter_single(out, grad, async_op=True)
         self.pending.append((work, out))
         self.grad, self.ready = None, set()  # the buffer lives on in the work only
 
@@ -110,4 +110,4 @@ class Zero2(ShardedOptimizer):
             b.pending = []
         self.inner.step()
         for b, shard in zip(self.buckets, self.shard_params):
-            dist.all_gather_single(b.flat, shard.detach().clone())
+            all_gather_single(b.flat, shard.detach().clone())

@@ -35,10 +35,10 @@ from functools import partial
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
+from ..core.compat import all_gather_single, reduce_scatter_single
 from ..core.checks import check_module
 from ..internals.naive import broadcast_state
 from .flat import FlatShards
@@ -85,7 +85,7 @@ class Unit:
             return None
         self.full.untyped_storage().resize_(self.nbytes)
         # .data: a fresh version counter, so autograd does not see the refill as a change
-        self.work = dist.all_gather_single(self.full.data, self.shard, async_op=True)
+        self.work = all_gather_single(self.full.data, self.shard, async_op=True)
         return self.work
 
     def wait(self) -> None:
@@ -215,7 +215,7 @@ class Zero3(ShardedOptimizer):
         grad = unit.grad if unit.grad is not None else unit.layout.empty()
         out = torch.empty_like(unit.shard)
         start = time.perf_counter()
-        work = dist.reduce_scatter_single(out, grad, async_op=True)
+        work = reduce_scatter_single(out, grad, async_op=True)
         self._note(f"reduce-scatter {unit.name}", work, start)
         unit.pending.append((work, out))
         unit.grad, unit.ready = None, set()

@@ -107,3 +107,52 @@ def test_mixed_precision_trains_to_within_a_stated_tolerance_of_fp32(device, pre
     # stated tolerance: 0.05 in mean training loss, 3 points of test accuracy
     assert abs(results[precision].train_loss - results["fp32"].train_loss) < 0.05
     assert abs(results[precision].test_acc - results["fp32"].test_acc) < 0.03
+
+
+def test_fp64_mode_computes_in_float64_from_float32_batches_and_is_never_auto():
+    """``MathMode("fp64")``, for equivalence checks: float64 weights, float32 images cast on the
+    way in (training, evaluation, a wrapper's ``.module``), the cast kept by deepcopy and pickle."""
+    import copy
+    import pickle
+
+    from companion.core import (CHECK_PRECISION, PRECISIONS, MathMode, check_batch, check_exact,
+                                step_for, train_step)
+
+    mode = MathMode("fp64", "cpu")
+    assert (str(mode), mode.plain, mode.dtype, mode.scaler) == ("fp64", True, None, None)
+    assert step_for(mode) is train_step  # no autocast: chapter 1's step, in float64
+    assert CHECK_PRECISION == "fp64" and CHECK_PRECISION not in PRECISIONS  # the study refuses it
+    assert MathMode("auto", "cpu").precision == "fp32"
+    assert [check_exact(p, "here") for p in ("fp32", "fp64")] == ["fp32", "fp64"]
+
+    set_seed(0)
+    plain = lenet()
+    set_seed(0)
+    net = mode.place(lenet(), "cpu")
+    assert mode.place(net, "cpu") is net and len(net._forward_pre_hooks) == 1  # placed once
+    assert all(p.dtype == torch.float64 for p in net.parameters())
+    X = torch.rand(4, 1, 28, 28)  # float32, as ImageSet yields them
+    out = net(X)
+    assert out.dtype == torch.float64
+    assert torch.equal(out, plain.double()(X.double()))  # the same weights, all in float64
+    for copied in (copy.deepcopy(net), pickle.loads(pickle.dumps(net))):
+        assert torch.equal(copied(X), out)
+    check_batch(net, X, torch.arange(4))  # float32 batches go in; the model casts them
+    check_batch(_Holder(net), X, torch.arange(4))  # inside a wrapper too (DDP's .module)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    assert train_step(net, X, torch.arange(4), nn.CrossEntropyLoss(), opt).dtype == torch.float64
+    with pytest.raises(TypeError, match="X has dtype torch.uint8"):
+        check_batch(net, X.to(torch.uint8), torch.arange(4))  # not a floating batch: refused
+    with pytest.raises(ValueError, match="computes in fp32 or fp64 only, got precision='bf16'"):
+        check_exact("bf16", "here")
+
+
+class _Holder(nn.Module):
+    """A wrapper holding the model as ``.module``, as DDP and the chapter-6 wrappers do."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, X):
+        return self.module(X)

@@ -1,9 +1,10 @@
-"""DDP equals one process on the global batch (1, 2, 4 ranks); logging, checkpoint, lr scaling."""
+"""DDP equals one process on the global batch (1, 2, 4 ranks), in float64 whatever the one
+process's threads; logging, checkpoint, lr scaling."""
 import pytest
 import torch
 
 from companion.runtime import load_checkpoint
-from companion.core import Data, ImageSet, load_data
+from companion.core import Data, ImageSet, MathMode, load_data
 from companion.core import DeviceLoader
 from companion.ddp import ddp_worker, linear_lr, train_ddp, train_reference_ddp
 from companion.ddp import diagnose
@@ -11,6 +12,7 @@ from companion.runtime import WorkerError, launch
 from companion.core import get_model
 from companion.runtime import read_scalars
 from companion.core import evaluate_accuracy
+from tests.threads import THREADS, at_each_thread_count
 
 pytestmark = pytest.mark.ch5
 
@@ -25,6 +27,16 @@ def small() -> Data:
                 ImageSet(data.test.images[:203], data.test.labels[:203]), data.classes)
 
 
+@pytest.fixture(scope="module")
+def first_thousand() -> Data:
+    """Chapter 5's check's data: the first 1,000 training images (with the cpu profile's batch
+    of 128, 12 steps run past the first epoch; in float32 the reference's threads changed
+    the verdict there)."""
+    data = load_data("mnist-sample", verbose=False)
+    return Data("the first 1,000", ImageSet(data.train.images[:1000], data.train.labels[:1000]),
+                data.test, data.classes)
+
+
 def steps_per_epoch(n: int, world_size: int, global_batch: int) -> int:
     per_rank = -(-n // world_size)  # DistributedSampler pads to equal shares
     return -(-per_rank // (global_batch // world_size))
@@ -34,10 +46,12 @@ def steps_per_epoch(n: int, world_size: int, global_batch: int) -> int:
 def test_ddp_equals_one_process_on_the_global_batch(small, tmp_path, world_size):
     checkpoint, log_dir = tmp_path / "model.pt", tmp_path / "logs"
     results = launch(ddp_worker, world_size, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, epochs=EPOCHS,
-                     log_dir=str(log_dir), checkpoint=str(checkpoint), timeout=180, backend="gloo")
+                     log_dir=str(log_dir), checkpoint=str(checkpoint), precision="fp64", timeout=180,
+                     backend="gloo")
     steps = EPOCHS * steps_per_epoch(len(small.train), world_size, GLOBAL_BATCH)
-    expected = train_reference_ddp(world_size, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=steps)
-    start = train_reference_ddp(world_size, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=0)
+    reference = dict(global_batch=GLOBAL_BATCH, lr=LR, precision="fp64")
+    expected = train_reference_ddp(world_size, small, "ci", steps=steps, **reference)
+    start = train_reference_ddp(world_size, small, "ci", steps=0, **reference)
     assert not torch.allclose(expected, start)  # training did move the parameters
     for rank, result in enumerate(results):
         assert torch.equal(result.params, results[0].params), f"rank {rank}'s replica drifted"
@@ -53,11 +67,13 @@ def test_ddp_equals_one_process_on_the_global_batch(small, tmp_path, world_size)
     records = results[0].records
     assert [(r.method, r.n_devices, r.epoch) for r in records] == [("DDP", world_size, 1), ("DDP", world_size, 2)]
     assert all(r.sec_per_epoch > 0 and r.samples_per_sec > 0 and r.profile == "ci" for r in records)
-    # the checkpoint holds the unwrapped model: it loads into a plain LeNet, which scores
-    # on the whole test set, in one process, exactly the accuracy the ranks computed together
+    assert all(r.precision == "fp64" for r in records)
+    # the checkpoint holds the unwrapped model: it loads into a plain LeNet (in float64, as
+    # trained), which scores on the whole test set, in one process, exactly the accuracy the
+    # ranks computed together
     state = torch.load(checkpoint, weights_only=True)
     assert not any(k.startswith("module.") for k in state)
-    net = load_checkpoint(get_model("lenet"), checkpoint)
+    net = load_checkpoint(MathMode("fp64", "cpu").place(get_model("lenet"), "cpu"), checkpoint)
     torch.testing.assert_close(torch.cat([p.detach().reshape(-1) for p in net.parameters()]),
                                results[0].params, rtol=0, atol=0)
     assert evaluate_accuracy(net, DeviceLoader(small.test, 256, shuffle=False)) == records[-1].test_acc
@@ -69,10 +85,39 @@ def test_ddp_equals_one_process_on_the_global_batch(small, tmp_path, world_size)
         assert [v for _, v in scalars[tag]] == pytest.approx([getattr(r, field) for r in records], rel=1e-6)
 
 
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_in_float64_the_verdict_does_not_depend_on_the_one_process_s_threads(first_thousand, world_size):
+    """Chapter 5's check as the chapter runs it: the workers (cores // world_size threads each),
+    launched once, equal the one-process reference computed at 1, 2 and 4 threads, with
+    assert_close's float64 tolerances."""
+    batch = 128
+    steps = len(first_thousand.train) // batch + 5
+    results = launch(ddp_worker, world_size, first_thousand, "ci", model="lenet", global_batch=batch,
+                     lr=LR, max_steps=steps, precision="fp64", backend="gloo", timeout=180)
+    assert results[0].params.dtype == torch.float64 and results[0].records[-1].precision == "fp64"
+    references = at_each_thread_count(lambda: train_reference_ddp(
+        world_size, first_thousand, "ci", model="lenet", global_batch=batch, lr=LR, steps=steps,
+        precision="fp64"))
+    assert list(references) == list(THREADS)
+    for threads, expected in references.items():
+        for rank, result in enumerate(results):
+            torch.testing.assert_close(result.params, expected, msg=lambda m, t=threads, r=rank:
+                                       f"one process at {t} thread(s), rank {r}: {m}")
+
+
+def test_the_reference_computes_in_the_precision_asked_for(small):
+    fp32 = train_reference_ddp(1, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=2)
+    fp64 = train_reference_ddp(1, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=2,
+                               precision="fp64")
+    assert (fp32.dtype, fp64.dtype) == (torch.float32, torch.float64)
+    torch.testing.assert_close(fp32, fp64.float(), rtol=1e-4, atol=1e-5)  # the same steps
+    assert not torch.equal(fp32.double(), fp64)  # in another precision
+
+
 def test_fixed_per_rank_batch_with_linear_lr_scaling_equals_the_scaled_global_step(small):
     results = launch(ddp_worker, 2, small, "ci", per_rank_batch=24, lr=LR / 2, scale_lr=True,
-                     max_steps=3, timeout=120, backend="gloo")
-    expected = train_reference_ddp(2, small, "ci", global_batch=48, lr=LR, steps=3)
+                     max_steps=3, precision="fp64", timeout=120, backend="gloo")
+    expected = train_reference_ddp(2, small, "ci", global_batch=48, lr=LR, steps=3, precision="fp64")
     torch.testing.assert_close(results[0].params, expected)
     assert len(results[0].trace.orders) == 1 and len(results[0].trace.orders[0]) == 3 * 24  # read so far
 
@@ -136,11 +181,11 @@ def test_find_unused_parameters_trains_like_one_process(small, monkeypatch, worl
 
     steps = 6
     results = launch(workers.ddp_with_unused, world_size, small, global_batch=GLOBAL_BATCH, lr=LR,
-                     epochs=1, max_steps=steps, find_unused_parameters=True, timeout=180,
-                     backend="gloo")
+                     epochs=1, max_steps=steps, find_unused_parameters=True, precision="fp64",
+                     timeout=180, backend="gloo")
     monkeypatch.setitem(workers.MODELS, workers.UNUSED, workers.lenet_with_unused)
     expected = train_reference_ddp(world_size, small, "ci", model=workers.UNUSED,
-                                   global_batch=GLOBAL_BATCH, lr=LR, steps=steps)
+                                   global_batch=GLOBAL_BATCH, lr=LR, steps=steps, precision="fp64")
     for result in results:
         torch.testing.assert_close(result.params, expected)
 

@@ -6,7 +6,12 @@ covers Kubernetes' own kinds, not Kubeflow's TrainJob and PyTorchJob or TensorSt
 PyTorchTrainingJob), so the fields are checked here, by reading them. No Docker engine runs here
 either: the Dockerfile is read, not built."""
 import copy
+import re
 import subprocess
+import tomllib
+import types
+from importlib import metadata
+from pathlib import Path
 
 import pytest
 import yaml
@@ -23,6 +28,8 @@ T9K = yaml.safe_load((LAUNCH_DIR / "kubernetes" / "t9k-pytorchtrainingjob.yaml")
 TRAINJOB = yaml.safe_load((LAUNCH_DIR / "kubernetes" / "trainjob.yaml").read_text())
 DOCKERFILE = LAUNCH_DIR / "Dockerfile"
 IMAGE = "ghcr.io/dp-from-scratch/companion:0.1.0"
+VERSION, FLOOR = launchers._installed()  # the installed package's metadata
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 def test_the_slurm_script_starts_one_agent_per_node_with_the_rendezvous_on_the_first():
@@ -71,7 +78,8 @@ CONTAINER = "spec.pytorchReplicaSpecs.Worker.template.spec.containers.0"
 @pytest.mark.parametrize("where, value, message", [
     ("spec.nprocPerNode", "3", "nprocPerNode 3 differs from the nvidia.com/gpu limits"),
     (f"{CONTAINER}.image", "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
-     "is not ghcr.io/dp-from-scratch/companion:0.1.0, the image launch/Dockerfile builds"),
+     "is not ghcr.io/dp-from-scratch/companion:0.1.0, the image "
+     "companion/elastic/launch/Dockerfile builds"),
     ("spec.pytorchReplicaSpecs.Worker.replicas", 3, "outside minReplicas..maxReplicas 1..2"),
     ("spec.elasticPolicy.maxReplicas", 3, "not a multiple of the world size 12"),
     ("spec.elasticPolicy.maxRestarts", 0, "set maxRestarts > 0"),
@@ -95,7 +103,8 @@ T9K_CONTAINER = "spec.replicaSpecs.0.template.spec.containers.0"
 
 @pytest.mark.parametrize("where, value, message", [
     ("spec.torchrunConfig.procPerNode", "8", "procPerNode 8 differs from the nvidia.com/gpu limits"),
-    (f"{T9K_CONTAINER}.image", "t9kpublic/pytorch-1.13.0:sdk-0.5.2", "the image launch/Dockerfile"),
+    (f"{T9K_CONTAINER}.image", "t9kpublic/pytorch-1.13.0:sdk-0.5.2",
+     "the image companion/elastic/launch/Dockerfile"),
     (f"{T9K_CONTAINER}.args", ["torch_mnist_trainingjob.py", "--log_dir", "log"], "not the entry point"),
     ("spec.tensorboardSpec.logDir.pvc.0.subPath", ["./log"], "not the directory TensorBoard serves"),
     (f"{T9K_CONTAINER}.workingDir", "/tmp", "is not on a mounted volume"),
@@ -105,34 +114,76 @@ def test_an_inconsistent_t9k_job_is_caught(where, value, message):
         check_t9k_job(broken(T9K, where, value))
 
 
-def test_the_launch_directory_is_the_repositorys():
-    assert launchers.LAUNCH_DIR.name == "launch" and SBATCH.exists()
+def test_the_launch_directory_is_package_data_beside_the_checks():
+    assert LAUNCH_DIR.name == "launch" and LAUNCH_DIR.parent == Path(launchers.__file__).parent
+    assert SBATCH.exists() and DOCKERFILE.exists()
+
+
+def test_the_installed_metadata_is_pyproject_tomls():
+    project = tomllib.loads(PYPROJECT.read_text())["project"]
+    [floor] = [m[1] for d in project["dependencies"] if (m := re.fullmatch(r"torch>=(.+)", d))]
+    assert (VERSION, FLOOR) == (project["version"], floor), (
+        "the installed metadata is stale: pip install --no-deps --no-build-isolation -e .")
 
 
 def test_the_dockerfile_installs_companion_on_a_pytorch_image_at_the_packages_floor():
     summary = check_dockerfile(DOCKERFILE)
     assert summary["image"] == IMAGE and summary["base"].startswith("pytorch/pytorch:")
-    major, minor = map(int, summary["torch"].split(".")[:2])
-    assert (major, minor) >= (2, 2)
+    assert summary["floor"] == FLOOR
+    assert launchers._version(summary["torch"]) >= launchers._version(FLOOR)
 
 
 @pytest.mark.parametrize("old, new, message", [
     ("FROM pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
-     "FROM pytorch/pytorch:1.13.0-cuda11.6-cudnn8-runtime", "the package needs torch>=2.2"),
+     "FROM pytorch/pytorch:1.13.0-cuda11.6-cudnn8-runtime", f"the package needs torch>={FLOOR} "),
     ("FROM pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime", "FROM python:3.12",
      "start from a pytorch/pytorch CUDA image"),
     ("pip install --no-cache-dir .", "pip install --no-cache-dir torch", "pip install the repository"),
-    ("companion:0.1.0\"", "companion:latest\"", "tag it with the package version 0.1.0"),
+    ("companion:0.1.0\"", "companion:latest\"", f"tag it with the package version {VERSION} "),
     ("-t ghcr.io/dp-from-scratch/companion:0.1.0 .", "-t companion .", "must tag the image"),
 ])
 def test_an_inconsistent_dockerfile_is_caught(tmp_path, old, new, message):
-    (tmp_path / "launch").mkdir()
-    (tmp_path / "pyproject.toml").write_text((LAUNCH_DIR.parent / "pyproject.toml").read_text())
-    broken = tmp_path / "launch" / "Dockerfile"
+    broken = tmp_path / "Dockerfile"
     assert old in DOCKERFILE.read_text()
     broken.write_text(DOCKERFILE.read_text().replace(old, new))
-    with pytest.raises(LaunchFileError, match=message):
+    with pytest.raises(LaunchFileError, match=re.escape(message)):
         check_dockerfile(broken)
+
+
+def installed(monkeypatch, version="0.1.0", requires=("torch>=2.11", "torchvision>=0.26")):
+    """Stand in for the installed package's metadata, as ``importlib.metadata`` reads it."""
+    def read(what):
+        def lookup(name):
+            assert name == "companion"
+            if what is None:
+                raise metadata.PackageNotFoundError(name)
+            return what
+        return lookup
+    fake = types.SimpleNamespace(version=read(version), requires=read(requires and list(requires)),
+                                 PackageNotFoundError=metadata.PackageNotFoundError)
+    monkeypatch.setattr(launchers, "metadata", fake)
+
+
+@pytest.mark.parametrize("version, requires, message", [
+    ("0.1.0", ["torchvision>=0.29", "torch>=2.14"],
+     "the package needs torch>=2.14 (the installed companion 0.1.0's requirement, "
+     "from pyproject.toml)"),
+    ("0.2.0", ["torch>=2.11"],
+     "tag it with the package version 0.2.0 (the installed companion's metadata, "
+     "from pyproject.toml)"),
+    ("0.1.0", ["numpy"], "the installed companion 0.1.0 requires no torch>=X"),
+    (None, None, "companion is not installed, so it has no metadata"),
+])
+def test_the_floor_and_version_come_from_the_installed_metadata(monkeypatch, version, requires,
+                                                                 message):
+    installed(monkeypatch, version, requires)
+    with pytest.raises(LaunchFileError, match=re.escape(message)):
+        check_dockerfile(DOCKERFILE)
+
+
+def test_a_lower_floor_in_the_metadata_passes(monkeypatch):
+    installed(monkeypatch, requires=["torch >= 2.0", "torchvision>=0.15"])
+    assert check_dockerfile(DOCKERFILE)["floor"] == "2.0"
 
 
 def test_the_trainjob_runs_the_image_and_entry_point_on_every_gpu():
@@ -149,7 +200,7 @@ NODE = ("spec.runtimePatches.0.trainingRuntimeSpec.template.spec.replicatedJobs.
 
 @pytest.mark.parametrize("where, value, message", [
     (f"{TRAINER}.image", "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
-     "the image launch/Dockerfile builds"),
+     "the image companion/elastic/launch/Dockerfile builds"),
     (f"{TRAINER}.numNodes", 3, "not a multiple of the world size 12"),
     (f"{TRAINER}.numProcPerNode", 2, "numProcPerNode 2 differs from the nvidia.com/gpu limits"),
     (f"{TRAINER}.resourcesPerNode", {}, "give resourcesPerNode.limits.nvidia.com/gpu"),

@@ -1,11 +1,14 @@
 """Whole epochs with each variant (and with accumulation) equal chapter 5's single-process
-reference on DDP's global batches; records; all-reduce counts."""
+reference on DDP's global batches, in float64 whatever the one process's threads, and torch's
+DDP bit for bit; records; all-reduce counts."""
 import pytest
 import torch
 
 from companion.core import Data, ImageSet, load_data
 from companion.ddp import train_reference_ddp
+from companion.internals import internals_worker
 from companion.runtime import launch
+from tests.threads import at_each_thread_count
 
 from .workers import chapter5_loop, train_several
 
@@ -30,17 +33,18 @@ def small() -> Data:
 
 
 def test_every_variant_trains_like_one_process_on_the_global_batches(small):
-    common = {"model": "lenet", "global_batch": GLOBAL_BATCH, "lr": LR, "epochs": 2, "max_steps": STEPS}
+    common = {"model": "lenet", "global_batch": GLOBAL_BATCH, "lr": LR, "epochs": 2, "max_steps": STEPS,
+              "precision": "fp64"}
     results = launch(train_several, 2, small, [{**common, **run} for run in RUNS], backend="gloo",
                      timeout=300)
     expected = train_reference_ddp(2, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=STEPS,
-                                   model="lenet")
+                                   model="lenet", precision="fp64")
     for i, run in enumerate(RUNS):
         for rank in (0, 1):
             torch.testing.assert_close(results[rank][i].params, expected, msg=lambda m, run=run: f"{run}: {m}")
         records = results[0][i].records
-        assert [(r.method, r.n_devices, r.epoch) for r in records] == [(run["variant"], 2, 1),
-                                                                         (run["variant"], 2, 2)]
+        assert [(r.method, r.n_devices, r.epoch, r.precision) for r in records] == [
+            (run["variant"], 2, 1, "fp64"), (run["variant"], 2, 2, "fp64")]
         assert all(0 <= r.test_acc <= 1 and r.sec_per_epoch > 0 for r in records)
         assert results[1][i].records == []
     tensors = 10  # LeNet's parameter tensors
@@ -72,13 +76,55 @@ def test_chapter_5s_loop_drives_each_rebuilt_ddp_as_it_drives_torch_s(small):
     """Drop-ins: no finish() call anywhere in chapter 5's loop, and each wrapper ends where torch's
     DDP and the one-process reference end."""
     variants = ["NaiveDDP", "HookedDDP", "BucketedDDP", "torch DDP"]
-    options = {"model": "lenet", "global_batch": GLOBAL_BATCH, "lr": LR, "epochs": 2, "max_steps": STEPS}
+    options = {"model": "lenet", "global_batch": GLOBAL_BATCH, "lr": LR, "epochs": 2, "max_steps": STEPS,
+               "precision": "fp64"}
     results = launch(chapter5_loop, 2, small, variants, **options, backend="gloo", timeout=300)
     expected = train_reference_ddp(2, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=STEPS,
-                                   model="lenet")
+                                   model="lenet", precision="fp64")
     torch_ddp = results[0][-1][0]
     for rank in (0, 1):
         for variant, (params, methods) in zip(variants, results[rank]):
             torch.testing.assert_close(params, torch_ddp, msg=lambda m, v=variant: f"{v}: {m}")
             torch.testing.assert_close(params, expected, msg=lambda m, v=variant: f"{v}: {m}")
             assert methods == ([variant, variant] if rank == 0 else [])
+
+
+CHECKS = [  # chapter 6's check(): (variant, options); torch's DDP once per way of stepping
+    ("NaiveDDP", {}),
+    ("HookedDDP", {}),
+    ("BucketedDDP", {"bucket_cap_mb": 0.05}),
+    ("BucketedDDP", {"micro_batches": 4}),
+    ("BucketedDDP", {"micro_batches": 4, "no_sync": False}),
+    ("torch DDP", {}),
+    ("torch DDP", {"micro_batches": 4}),
+    ("torch DDP", {"micro_batches": 4, "no_sync": False}),
+]
+
+
+def test_in_float64_the_checks_verdicts_do_not_depend_on_the_one_process_s_threads():
+    """Chapter 6's check() as the chapter runs it (the first 1,000 images, the cpu profile's
+    batch of 128): each configuration launched once, in float64, equals torch's DDP stepping the
+    same way bit for bit, and the one-process reference computed at 1, 2 and 4 threads with
+    assert_close's float64 tolerances, with and without no_sync."""
+    data = load_data("mnist-sample", verbose=False)
+    part = Data("the first 1,000", ImageSet(data.train.images[:1000], data.train.labels[:1000]),
+                data.test, data.classes)
+    batch = 128
+    steps = len(part.train) // batch + 5
+    runs = {}
+    for variant, options in CHECKS:
+        runs[variant, tuple(options.items())] = launch(
+            internals_worker, 2, part, "ci", variant=variant, model="lenet", global_batch=batch,
+            lr=LR, max_steps=steps, precision="fp64", channels_last=False, backend="gloo",
+            timeout=180, **options)
+    references = at_each_thread_count(lambda: train_reference_ddp(
+        2, part, "ci", model="lenet", global_batch=batch, lr=LR, steps=steps, precision="fp64"))
+    for (variant, options), results in runs.items():
+        stepping = tuple((k, v) for k, v in options if k != "bucket_cap_mb")
+        torch_ddp = runs["torch DDP", stepping][0].params
+        for rank, result in enumerate(results):
+            assert result.params.dtype == torch.float64
+            torch.testing.assert_close(result.params, torch_ddp, rtol=0, atol=0)  # bit for bit
+            for threads, expected in references.items():
+                torch.testing.assert_close(result.params, expected, msg=lambda m, t=threads: (
+                    f"{variant}{dict(options)}, rank {rank}, one process at {t} thread(s): {m}"))

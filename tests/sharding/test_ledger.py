@@ -32,3 +32,18 @@ def test_ring_costs_and_the_price_of_a_ledger():
     assert ledger.sent() == 2 * 750.0 == Ledger(4, [("all-reduce", 1000)]).sent()
     assert ledger.seconds(alpha=1e-5, beta=1e-9) == pytest.approx(6 * 1e-5 + 1500 * 1e-9)
     assert ledger.counts() == {"reduce-scatter": 1, "all-gather": 1}
+
+
+def test_the_ledger_counts_the_older_names_where_torch_lacks_the_new_ones(measured):
+    """On torch < 2.13 (Colab's 2.11) the stages call reduce_scatter_tensor and
+    all_gather_into_tensor (companion.core.compat): the same ledger, call for call."""
+    from companion.runtime import launch
+
+    from .workers import old_names_worker
+
+    methods = ("ZeRO-1", "ZeRO-2", "ZeRO-3")
+    old = launch(old_names_worker, 2, methods, backend="gloo", timeout=240)
+    for rank, run in enumerate(old):
+        for method in methods:
+            assert run[method]["calls"] == measured[2][rank][method]["calls"], (method, rank)
+            assert run[method]["calls"], method
