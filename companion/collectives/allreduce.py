@@ -285,12 +285,15 @@ def allreduce_mean(
     tensor: torch.Tensor, allreduce: Callable = allreduce_ring
 ) -> torch.Tensor:
     """Average across ranks in place: the sum by ``allreduce`` over the world size."""
-    _check_callable(allreduce)
+    _check_callable(allreduce, tensor)
     allreduce(tensor)
     tensor /= dist.get_world_size()
     return tensor
 
 
-def _check_callable(allreduce) -> None:
+def _check_callable(allreduce, tensor=None) -> None:
     if not callable(allreduce):
         raise TypeError(f"allreduce must be a function such as allreduce_ring, got {allreduce!r}")
+    if torch.is_tensor(tensor) and not tensor.is_floating_point():  # before the sum is written
+        raise TypeError(f"an average needs a floating-point tensor, got {tensor.dtype}: pass "
+                        f"tensor.float() (or all-reduce the sum and divide it yourself)")

@@ -101,6 +101,11 @@ def get_profile(name: str | Profile | None = None) -> Profile:
     """
     if isinstance(name, Profile):
         return name
+    if isinstance(name, str) and not name.strip():
+        raise ValueError(
+            f"profile name {name!r} is empty: pass one of {', '.join(sorted(PROFILES))}, "
+            f"or None to let $BOOK_PROFILE or the hardware choose"
+        )
     chosen = name if name is not None else os.environ.get("BOOK_PROFILE", "").strip()
     if not chosen:
         chosen = "gpu" if gpu_count() > 0 else "cpu"

@@ -19,9 +19,9 @@ inconsistency:
 Each returns a summary (a dict) of what the job would run.
 
 ``launch/`` is package data (``companion/elastic/launch/``, in the wheel too):
-:data:`LAUNCH_DIR` is found with :mod:`importlib.resources`, and the version
+:data:`LAUNCH_DIR` is found with ``importlib.resources``, and the version
 and torch floor the image must match are the installed package's metadata
-(pyproject.toml's, read with :mod:`importlib.metadata`), so the checks run
+(pyproject.toml's, read with ``importlib.metadata``), so the checks run
 the same from a wheel (Colab) as from the repository.
 """
 

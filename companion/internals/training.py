@@ -136,10 +136,22 @@ def train_internals(
     def step(mode: MathMode):
         return partial(accumulation_step, micro_batches=micro_batches, no_sync=no_sync, mode=mode)
 
-    net = partial(wrap, variant=variant, bucket_cap_mb=bucket_cap_mb)
+    net = partial(wrap, variant=variant, bucket_cap_mb=bucket_cap_mb, **_unused(variant, cfg))
     run = setup_rank(data, cfg, variant, net, make_step=step)
     records = train_epochs(run)
     return InternalsResult(records, flat_params(run.net), getattr(run.net, "allreduces", None))
+
+
+def _unused(variant: str, cfg: DDPConfig) -> dict:
+    """``find_unused_parameters`` for the wrapper, where the config asks for it."""
+    if not cfg.find_unused_parameters:
+        return {}
+    if variant not in ("BucketedDDP", "torch DDP"):
+        raise ValueError(
+            f"find_unused_parameters=True needs variant 'BucketedDDP' or 'torch DDP', got "
+            f"{variant!r}: {variant} raises on an unused parameter (or let forward use them all)"
+        )
+    return {"find_unused_parameters": True}
 
 
 def internals_worker(

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from ..core.checks import check_int
 from ..runtime.group import check_group
 
 __all__ = ["padded_size", "FlatShards", "check_sharding_group"]
@@ -31,10 +32,8 @@ __all__ = ["padded_size", "FlatShards", "check_sharding_group"]
 
 def padded_size(numel: int, world_size: int) -> int:
     """``numel`` rounded up to a multiple of ``world_size`` (every shard equally long)."""
-    if numel < 0 or world_size < 1:
-        raise ValueError(
-            f"padded_size needs numel >= 0 and world_size >= 1, got {numel} and {world_size}"
-        )
+    check_int(numel, "numel", 0)
+    check_int(world_size, "world_size", 1)
     return math.ceil(numel / world_size) * world_size
 
 
@@ -42,14 +41,7 @@ class FlatShards:
     """The flat layout of ``params`` over ``world_size`` ranks, seen from ``rank``."""
 
     def __init__(self, params: Sequence[nn.Parameter], world_size: int, rank: int):
-        if not params:
-            raise ValueError("FlatShards needs at least one parameter")
-        kinds = {(p.dtype, p.device) for p in params}
-        if len(kinds) > 1:
-            raise ValueError(
-                f"one flat buffer holds one dtype on one device, got {sorted(map(str, kinds))}: "
-                f"move the model with net.to(dtype, device) first"
-            )
+        _check_layout(params, world_size, rank)
         self.params = list(params)
         self.shapes = [p.shape for p in self.params]
         self.sizes = [p.numel() for p in self.params]
@@ -87,6 +79,20 @@ class FlatShards:
     def flat_grad(self) -> torch.Tensor:
         """The parameters' gradients, flat and padded; zeros where ``.grad`` is ``None``."""
         return self.flatten([p.grad for p in self.params])
+
+
+def _check_layout(params: Sequence[nn.Parameter], world_size: int, rank: int) -> None:
+    """At least one parameter, all of one dtype on one device; a rank of the world."""
+    if not params:
+        raise ValueError("FlatShards needs at least one parameter")
+    kinds = {(p.dtype, p.device) for p in params}
+    if len(kinds) > 1:
+        raise ValueError(
+            f"one flat buffer holds one dtype on one device, got {sorted(map(str, kinds))}: "
+            f"move the model with net.to(dtype, device) first"
+        )
+    check_int(world_size, "world_size", 1)
+    check_int(rank, "rank", 0, "pass this process's rank, dist.get_rank()", maximum=world_size - 1)
 
 
 def check_sharding_group(name: str) -> tuple[int, int]:

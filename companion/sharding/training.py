@@ -22,7 +22,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..core.checks import check_choice, check_module
+from ..core.checks import check_choice, check_lr, check_module
 from ..core.data import Data
 from ..core.precision import MathMode
 from ..core.profiles import Profile, get_profile
@@ -55,6 +55,7 @@ def shard(
     """``net`` and its optimizer under ``method``; ``defaults`` go to ``optimizer_class``."""
     check_choice(method, "method", METHODS)
     check_precision(mode, method)
+    _check_optimizer_options(defaults)
     if method == "DDP":
         ids = ddp_device_ids(next(net.parameters()).device)
         model = DDP(net, device_ids=ids, find_unused_parameters=find_unused_parameters)
@@ -69,6 +70,15 @@ def shard(
     if method == "ZeroRedundancyOptimizer":
         return zero_redundancy(net, optimizer_class, find_unused_parameters, **defaults)
     return fsdp2(net, optimizer_class, mode=mode, **defaults)
+
+
+def _check_optimizer_options(defaults: dict) -> None:
+    """``lr`` and ``momentum``, checked here rather than inside torch's optimizer."""
+    if "lr" in defaults:
+        check_lr(defaults["lr"])
+    momentum = defaults.get("momentum", 0.0)
+    if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0 <= momentum < 1:
+        raise ValueError(f"momentum must be a number in [0, 1), got {momentum!r}: e.g. 0.9, or 0")
 
 
 @torch.no_grad()

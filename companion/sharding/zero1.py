@@ -55,9 +55,13 @@ def check_precision(mode: MathMode | None, name: str) -> MathMode | None:
 
 class ShardedOptimizer:
     """What the three stages share: an optimizer over this rank's shard, behind the
-    usual ``step()`` / ``zero_grad()`` / ``param_groups``."""
+    usual ``step()`` / ``zero_grad()`` / ``param_groups``. ``layout`` holds a stage's
+    own settings (Zero2's bucket cap, Zero3's prefetch), which every rank must share."""
 
-    def __init__(self, net: nn.Module, optimizer_class: type, name: str, **defaults: Any):
+    def __init__(
+        self, net: nn.Module, optimizer_class: type, name: str, layout: dict | None = None,
+        **defaults: Any,
+    ):
         check_module(net, "net")
         if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
             raise TypeError(
@@ -69,7 +73,7 @@ class ShardedOptimizer:
         self.named = trainable_parameters(net)
         if not self.named:
             raise ValueError(f"{name}: the model has no trainable parameters: nothing to shard")
-        settings = {"optimizer": optimizer_class.__name__, **defaults}
+        settings = {"optimizer": optimizer_class.__name__, **(layout or {}), **defaults}
         check_ranks_agree(net, settings, name)  # the same layout and settings on every rank
 
     def _make_inner(self, shards: list[torch.Tensor]) -> None:

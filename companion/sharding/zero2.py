@@ -68,7 +68,8 @@ class Zero2(ShardedOptimizer):
     def __init__(
         self, net: nn.Module, optimizer_class: type, bucket_cap_mb: float = 25.0, **defaults: Any
     ):
-        super().__init__(net, optimizer_class, "Zero2", **defaults)
+        layout = {"bucket_cap_mb": bucket_cap_mb}  # every rank must bucket alike
+        super().__init__(net, optimizer_class, "Zero2", layout, **defaults)
         broadcast_state(net)
         params = [p for _, p in self.named]
         groups = assign_buckets(params, bucket_cap_mb)

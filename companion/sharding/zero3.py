@@ -111,7 +111,7 @@ class Zero3(ShardedOptimizer):
         prefetch: bool = False,
         **defaults: Any,
     ):
-        super().__init__(net, optimizer_class, "Zero3", **defaults)
+        super().__init__(net, optimizer_class, "Zero3", {"prefetch": prefetch}, **defaults)
         broadcast_state(net)
         self.prefetch, self.timeline, self._unfinished = bool(prefetch), None, {}
         self.units, modules = self._build_units(units)

@@ -128,3 +128,25 @@ def test_in_float64_the_checks_verdicts_do_not_depend_on_the_one_process_s_threa
             for threads, expected in references.items():
                 torch.testing.assert_close(result.params, expected, msg=lambda m, t=threads: (
                     f"{variant}{dict(options)}, rank {rank}, one process at {t} thread(s): {m}"))
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_find_unused_parameters_reaches_the_wrapper(small, world_size):
+    """The option went into DDPConfig and never reached BucketedDDP, which then raised
+    UnusedParameters; now BucketedDDP trains as torch's DDP does (bit for bit, fp64)."""
+    from .workers import unused_through_train_internals
+
+    got = launch(unused_through_train_internals, world_size, small, ("BucketedDDP", "torch DDP"),
+                 backend="gloo", timeout=300)
+    for rank in got:
+        torch.testing.assert_close(rank["BucketedDDP"], rank["torch DDP"], rtol=0, atol=0)
+        assert rank["BucketedDDP"].dtype == torch.float64
+
+
+@pytest.mark.parametrize("variant", ["NaiveDDP", "HookedDDP"])
+def test_find_unused_parameters_with_a_variant_that_cannot_is_refused(variant):
+    from companion.ddp import DDPConfig
+    from companion.internals.training import _unused
+
+    with pytest.raises(ValueError, match=rf"needs variant 'BucketedDDP' or 'torch DDP', got '{variant}'"):
+        _unused(variant, DDPConfig("ci", find_unused_parameters=True).resolve(2))

@@ -175,3 +175,27 @@ def chapter5_loop(rank, world_size, data, variants, **options):
         records = train_epochs(run)
         out.append((flat_params(run.net), [r.method for r in records]))
     return out
+
+
+class LeNetWithUnused(nn.Module):
+    """Chapter 1's LeNet plus a parameter that forward never uses."""
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        from companion.core import get_model
+
+        self.net, self.unused = get_model("lenet", num_classes), nn.Parameter(torch.ones(3))
+
+    def forward(self, X):
+        return self.net(X)
+
+
+def unused_through_train_internals(rank, world_size, data, variants):
+    """train_internals(find_unused_parameters=True) on a model with an unused parameter."""
+    from companion.core import models
+    from companion.internals import train_internals
+
+    models.MODELS["lenet-unused"] = LeNetWithUnused  # this worker process only
+    return {v: train_internals(data, "ci", v, model="lenet-unused", max_steps=3, epochs=1,
+                               find_unused_parameters=True, precision="fp64").params
+            for v in variants}

@@ -45,6 +45,13 @@ def build_each(rank: int, world_size: int, odd: int) -> dict:
                 seen[case, name] = "agree"
             except RanksDisagree as err:
                 seen[case, name] = str(err)
+    for name, cls, setting in (("Zero2", Zero2, {"bucket_cap_mb": 1.0 if rank == odd else 25.0}),
+                               ("Zero3", Zero3, {"prefetch": rank == odd})):
+        try:  # a stage's own setting (gloo aborted both workers on a Zero2 cap that differed)
+            cls(model(rank, "same", odd), torch.optim.SGD, lr=0.1, **setting)
+            seen["own", name] = "agree"
+        except RanksDisagree as err:
+            seen["own", name] = str(err)
     try:
         check_ranks_agree(nn.Linear(2, 2), {"seed": rank}, "ShardedWrapper")
     except RanksDisagree as err:
@@ -69,6 +76,8 @@ def test_every_rank_names_the_rank_and_what_differs(world_size):
         assert seen["same", name] == "agree"
         assert seen["layer", name].startswith(f"{name}: rank {odd} differs from rank 0: ")
         assert f"setting 'lr' is 0.1 on rank 0 but 0.2 on rank {odd}" in seen["lr", name]
+    assert f"setting 'bucket_cap_mb' is 25.0 on rank 0 but 1.0 on rank {odd}" in seen["own", "Zero2"]
+    assert f"setting 'prefetch' is False on rank 0 but True on rank {odd}" in seen["own", "Zero3"]
     assert seen["settings", "check_ranks_agree"].startswith("ShardedWrapper: rank 1 differs")
     assert "setting 'seed' is 0 on rank 0 but 1 on rank 1" in seen["settings", "check_ranks_agree"]
 

@@ -20,7 +20,14 @@ def bench_cli(option, value):
 
 
 CASES = [
-    ("padded_size world_size=0", lambda t: sh.padded_size(10, 0), ValueError, r"world_size >= 1, got 10 and 0"),
+    ("padded_size world_size=0", lambda t: sh.padded_size(10, 0), ValueError, r"world_size must be an integer >= 1, got 0"),
+    ("padded_size world_size=2.5", lambda t: sh.padded_size(10, 2.5), TypeError, r"world_size must be an integer >= 1, got 2\.5 of type float"),
+    ("padded_size numel=-1", lambda t: sh.padded_size(-1, 2), ValueError, r"numel must be an integer >= 0, got -1"),
+    ("FlatShards rank=5 of 2", lambda t: sh.FlatShards([LIN.weight], 2, 5), ValueError, r"rank must be at most 1, got 5: pass this process's rank"),
+    ("FlatShards rank=-1", lambda t: sh.FlatShards([LIN.weight], 2, -1), ValueError, r"rank must be an integer >= 0, got -1"),
+    ("shard lr=-1", lambda t: sh.shard("ZeRO-1", nn.Linear(3, 2), torch.optim.SGD, lr=-1), ValueError, r"lr must be a positive, finite number, got -1"),
+    ("shard momentum=-0.5", lambda t: sh.shard("ZeRO-1", nn.Linear(3, 2), torch.optim.SGD, lr=0.1, momentum=-0.5), ValueError, r"momentum must be a number in \[0, 1\), got -0\.5"),
+    ("shard momentum=1.5", lambda t: sh.shard("ZeRO-3", nn.Linear(3, 2), torch.optim.SGD, lr=0.1, momentum=1.5), ValueError, r"momentum must be a number in \[0, 1\), got 1\.5: e\.g\. 0\.9"),
     ("FlatShards no parameters", lambda t: sh.FlatShards([], 2, 0), ValueError, r"at least one parameter"),
     ("FlatShards mixed dtypes", lambda t: sh.FlatShards([LIN.weight, nn.Parameter(torch.zeros(2, dtype=torch.float64))], 2, 0), ValueError, r"one dtype on one device.*net\.to"),
     ("Zero1 without a group", lambda t: sh.Zero1(nn.Linear(3, 2), torch.optim.Adam), RuntimeError, r"Zero1 needs a process group.*companion\.runtime\.launch"),
