@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 NOTEBOOKS := $(wildcard book/*.ipynb)
 
-.PHONY: book test notebooks profile-check colab-wheel colab-test colab-check gpu-check clean
+.PHONY: book test notebooks profile-check colab-wheel colab-test colab-check gpu-check gpu-here gpu-check-tests gpu-check-notebooks gpu-check-fp16 clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,10 +47,22 @@ profile-check: $(VENV)/.installed
 # cell error. BOOK_DATA=synthetic (the default here) needs no network; pass
 # BOOK_DATA=fashion-mnist to use the real data.
 GPU_CHECK_DATA ?= synthetic
-gpu-check: $(VENV)/.installed
+GPU_CHECK_JOBS ?= 1
+gpu-check: gpu-check-tests gpu-check-notebooks
+
+gpu-here: $(VENV)/.installed
 	$(BIN)/python -c "import sys, torch; n = torch.cuda.device_count(); print(f'{n} CUDA GPU(s)'); sys.exit(0 if n else 'make gpu-check needs a CUDA GPU')"
+
+gpu-check-tests: gpu-here
 	BOOK_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider tests -ra
-	BOOK_PROFILE=gpu BOOK_DATA=$(GPU_CHECK_DATA) $(BIN)/python .ci/execute_notebooks.py _build/gpu-check $(NOTEBOOKS)
+
+gpu-check-notebooks: gpu-here
+	BOOK_PROFILE=gpu BOOK_DATA=$(GPU_CHECK_DATA) $(BIN)/python .ci/execute_notebooks.py --jobs $(GPU_CHECK_JOBS) --progress _build/gpu-check $(NOTEBOOKS)
+
+# The gpu profile as it runs on Colab's T4 (fp16 with a loss scaler, no bf16),
+# on whatever GPU this is.
+gpu-check-fp16: gpu-here
+	BOOK_PROFILE=gpu BOOK_PRECISION=fp16 BOOK_DATA=$(GPU_CHECK_DATA) $(BIN)/python .ci/execute_notebooks.py --jobs $(GPU_CHECK_JOBS) --progress _build/gpu-check-fp16 $(NOTEBOOKS)
 
 # CI's Colab leg: the runtime a Colab reader has (Python 3.13, torch 2.11.0,
 # torchvision 0.26.0: .ci/colab-requirements.txt), companion installed from a

@@ -2,7 +2,7 @@
 
 Used by ``make profile-check`` and ``make gpu-check``::
 
-    python .ci/execute_notebooks.py [--same-checks] OUT_DIR book/*.ipynb
+    python .ci/execute_notebooks.py [--same-checks] [--jobs N] [--progress] OUT_DIR book/*.ipynb
 
 The committed notebooks stay as they are. Every cell runs, even after an
 error, so one run lists every problem. A notebook fails when:
@@ -20,6 +20,10 @@ error, so one run lists every problem. A notebook fails when:
   on purpose ("share memory: False") are False in both and pass.
 
 Each notebook's wall time is printed; the exit status is 1 on any failure.
+``--jobs N`` runs N notebooks at a time (each in its own process and kernel;
+for a machine with cores and GPU memory to spare). ``--progress`` prints a
+line as each cell finishes, so a run stopped by a time limit still says how
+far every notebook got.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ import re
 import shutil
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
+from multiprocessing import get_context
 from pathlib import Path
 
 import nbformat
@@ -97,7 +103,7 @@ def slowest(nb, k: int = 3) -> str:
     return ", ".join(f"cell {i} {s:.0f} s" for s, i in sorted(times, reverse=True)[:k])
 
 
-def run(path: str, out: Path, same_checks: bool) -> list[str]:
+def run(path: str, out: Path, same_checks: bool, progress: bool = False) -> list[str]:
     nb = nbformat.read(path, as_version=4)
     committed = nbformat.read(path, as_version=4) if same_checks else None
     tmp = (out / f"tmp-{Path(path).stem}").resolve()
@@ -109,6 +115,12 @@ def run(path: str, out: Path, same_checks: bool) -> list[str]:
                             kernel_name="python3",
                             resources={"metadata": {"path": str(Path(path).parent)}})
     start = time.monotonic()
+    if progress:
+        def done(cell, cell_index, execute_reply, **_):
+            if cell.cell_type == "code":
+                print(f"{out.name}/{Path(path).stem}: cell {cell_index} of {len(nb.cells)} done after "
+                      f"{time.monotonic() - start:.0f} s", flush=True)
+        client.on_cell_executed = done
     client.execute(env={**os.environ, "TMPDIR": str(tmp)})  # the kernel's, not ours
     seconds = time.monotonic() - start
     nbformat.write(nb, out / Path(path).name)
@@ -119,15 +131,30 @@ def run(path: str, out: Path, same_checks: bool) -> list[str]:
     return found
 
 
+USAGE = "usage: execute_notebooks.py [--same-checks] [--jobs N] [--progress] OUT_DIR NOTEBOOK [NOTEBOOK ...]"
+
+
 def main(argv: list[str]) -> int:
-    same_checks = "--same-checks" in argv
-    args = [a for a in argv if a != "--same-checks"]
+    flags = {"--same-checks", "--progress"}
+    same_checks, progress = "--same-checks" in argv, "--progress" in argv
+    args, jobs = [a for a in argv if a not in flags], 1
+    if "--jobs" in args:
+        at = args.index("--jobs")
+        value = args[at + 1] if at + 1 < len(args) else ""
+        if not value.isdigit() or int(value) < 1:
+            sys.exit(f"--jobs takes a whole number >= 1, got {value!r}\n{USAGE}")
+        jobs, args = int(value), args[:at] + args[at + 2:]
     if len(args) < 2:
-        sys.exit("usage: execute_notebooks.py [--same-checks] OUT_DIR NOTEBOOK [NOTEBOOK ...]")
+        sys.exit(USAGE)
     out = Path(args[0])
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    failures = [p for path in args[1:] for p in run(path, out, same_checks)]
+    if jobs == 1:
+        failures = [p for path in args[1:] for p in run(path, out, same_checks, progress)]
+    else:  # its own process per notebook: each client runs its own event loop and kernel
+        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+            runs = [pool.submit(run, path, out, same_checks, progress) for path in args[1:]]
+            failures = [p for r in runs for p in r.result()]
     print("\n".join(failures) or "every cell of every notebook ran cleanly"
           + (", every self-check as in the committed run" if same_checks else ""))
     print(f"{len(args) - 1} notebook(s) in {time.monotonic() - start:.0f} s")

@@ -24,7 +24,8 @@ def run_nbval(tmp_path: Path, *sources: str) -> subprocess.CompletedProcess:
     nbformat.write(new_notebook(cells=[new_code_cell(s) for s in sources]), book)
     system_tmp = tmp_path / "system-tmp"  # where a killed kernel's files would stay
     system_tmp.mkdir()
-    env = {**os.environ, "TMPDIR": str(system_tmp), "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # keep the caller's
+    env = {**os.environ, "TMPDIR": str(system_tmp), "PYTHONPATH": path}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
          "--nbval-lax", "--nbval-current-env", "-q", str(book), "--rootdir", str(tmp_path)],

@@ -70,3 +70,26 @@ def test_a_scratch_folder_is_gone_after_the_kernel_and_two_notebooks_keep_their_
         nbformat.write(new_notebook(cells=cells), tmp_path / f"{name}.ipynb")
     assert judge.main([str(tmp_path / "out"), str(tmp_path / "a.ipynb"), str(tmp_path / "b.ipynb")]) == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.ipynb", "b.ipynb"]
+
+
+def test_jobs_run_notebooks_side_by_side_and_progress_says_how_far_each_got(tmp_path):
+    """``--jobs 2 --progress`` (make gpu-check): both notebooks judged, one line per finished cell."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / ".ci" / "execute_notebooks.py"
+    cells = [new_code_cell("print('ran: True')"), new_code_cell("raise SystemError('planted')")]
+    for name in ("a", "b"):
+        nbformat.write(new_notebook(cells=cells[: 1 if name == "a" else 2]), tmp_path / f"{name}.ipynb")
+    done = subprocess.run([sys.executable, str(script), "--jobs", "2", "--progress", str(tmp_path / "out"),
+                           str(tmp_path / "a.ipynb"), str(tmp_path / "b.ipynb")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert {"out/a: cell 0 of 1 done", "out/b: cell 0 of 2 done", "out/b: cell 1 of 2 done"} == {
+        line.split(" after ")[0] for line in lines if " done after " in line}
+    assert any("b.ipynb cell 1: SystemError: planted" in line for line in lines)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.ipynb", "b.ipynb"]
+    bad = subprocess.run([sys.executable, str(script), "--jobs", "0", str(tmp_path / "out"),
+                          str(tmp_path / "a.ipynb")], capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "--jobs takes a whole number >= 1, got '0'" in bad.stderr

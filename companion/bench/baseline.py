@@ -6,8 +6,9 @@ image at a time (what ``d2l.load_data_fashion_mnist`` builds, here over the
 profile's data set so that it runs offline too), the model wrapped in
 ``nn.DataParallel``, the batch copied to the GPU every step, fp32 (with
 torch's default TF32 convolutions). Ours: device-resident batches
-(``DeviceLoader``), mixed precision (``MathMode("auto")``: bf16 on GPUs of
-compute capability 8.0+, fp16 with loss scaling before), ``channels_last``
+(``DeviceLoader``), mixed precision (the profile's, ``"auto"`` for ``gpu``:
+bf16 on GPUs of compute capability 8.0+, fp16 with loss scaling before;
+``BOOK_PRECISION=fp16`` forces a T4's choice), ``channels_last``
 and ``cudnn.benchmark``. Both train the same model on the same data, one
 epoch each in turn; the medians and their ratio are printed. Target on a
 GPU: ours at most 0.6 of d2l's seconds per epoch. On a CPU mixed precision
@@ -17,6 +18,7 @@ only what the loader costs.
 
 from __future__ import annotations
 
+import os
 import statistics
 from functools import partial
 
@@ -67,7 +69,9 @@ def measure(
     d2l_net = nn.DataParallel(get_model(model).to(device))
     loader = DataLoader(train_set, batch, shuffle=True, num_workers=workers)
     d2l_opt = torch.optim.SGD(d2l_net.parameters(), lr=profile.lr)
-    mode = MathMode("auto", device, channels_last=device.type == "cuda")
+    # mixed precision ("auto"), unless BOOK_PRECISION names one (the profile then carries it)
+    precision = profile.precision if os.environ.get("BOOK_PRECISION", "").strip() else "auto"
+    mode = MathMode(precision, device, channels_last=device.type == "cuda")
     ours = mode.place(get_model(model), device)
     our_iter = DeviceLoader(train_set, batch, device, seed=0)
     our_opt = torch.optim.SGD(ours.parameters(), lr=profile.lr)

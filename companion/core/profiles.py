@@ -15,7 +15,9 @@ The profile comes from ``BOOK_PROFILE`` when it is set, else from the
 hardware: ``gpu`` when CUDA is available, ``cpu`` otherwise. CI and the
 committed notebook outputs use ``BOOK_PROFILE=ci``. ``BOOK_DATA`` replaces
 the profile's data set, e.g. ``BOOK_DATA=synthetic`` to time the GPU path
-offline (``make gpu-check``).
+offline (``make gpu-check``). ``BOOK_PRECISION`` replaces the profile's
+precision, e.g. ``BOOK_PRECISION=fp16`` to run the GPU path as the ``gpu``
+profile runs it on Colab's T4 (no bf16 there) on a newer GPU.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class Profile:
 
 
 DATASETS = ("fashion-mnist", "mnist-sample", "synthetic")
+PRECISION_CHOICES = ("auto", "fp32", "bf16", "fp16")  # what BOOK_PRECISION may say
 
 PROFILES: dict[str, Profile] = {
     "ci": Profile(
@@ -117,13 +120,17 @@ def get_profile(name: str | Profile | None = None) -> Profile:
             f"(set BOOK_PROFILE to one of them, or unset it to let the hardware choose)"
         )
     profile = PROFILES[key]
-    if data := os.environ.get("BOOK_DATA", "").strip():
-        if data not in DATASETS:
-            raise ValueError(
-                f"BOOK_DATA={data!r} is not a data set; use one of {', '.join(DATASETS)} "
-                f"(synthetic works offline), or unset it"
-            )
-        profile = replace(profile, dataset=data)
+    # the environment's replacements: (variable, field, what it names, choices, a hint)
+    for variable, name, kind, choices, hint in (
+        ("BOOK_DATA", "dataset", "a data set", DATASETS, "synthetic works offline"),
+        ("BOOK_PRECISION", "precision", "a precision", PRECISION_CHOICES,
+         "fp16: as the gpu profile runs on a T4"),
+    ):
+        if value := os.environ.get(variable, "").strip():
+            if value not in choices:
+                raise ValueError(f"{variable}={value!r} is not {kind}; use one of "
+                                 f"{', '.join(choices)} ({hint}), or unset it")
+            profile = replace(profile, **{name: value})
     if key == "gpu":
         gpus = max(1, gpu_count())
         profile = replace(profile, device_counts=tuple(range(1, gpus + 1)))

@@ -24,6 +24,7 @@ these; it never needs a loop of its own.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
 
 import torch
@@ -83,6 +84,7 @@ def setup_rank(
     mode = MathMode(cfg.precision, device, cfg.channels_last)
     set_seed(cfg.seed)
     net = mode.place(get_model(cfg.model), device)
+    quiet_nominal_strides(net, mode)
     warm_up(net, *next(iter(train_iter)), cfg.lr)  # on a copy: one-off costs untimed
     net = wrap(net)
     return Rank(
@@ -98,6 +100,22 @@ def setup_rank(
         max_steps=cfg.max_steps,
         sampler=sampler,
     )
+
+
+def quiet_nominal_strides(net: nn.Module, mode: MathMode) -> bool:
+    """Silence DDP's "Grad strides do not match bucket view strides" in this process when
+    ``net`` is channels-last and has a 4-D weight with a size-1 dimension; True if it did.
+
+    Such a weight (a one-channel input's convolution, a 1x1 kernel) has two
+    stride tuples for one memory order, and on a GPU the gradient may come
+    back with the other one: DDP then warns once that may impair performance,
+    though nothing is copied differently (pytorch/pytorch#47163; seen with
+    ResNet-18's first convolution on an H200). Other models keep the warning.
+    """
+    if mode.channels_last and any(p.dim() == 4 and 1 in p.shape[1:] for p in net.parameters()):
+        warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
+        return True
+    return False
 
 
 def _check_setup(data: Data, cfg: DDPConfig) -> tuple[int, int]:

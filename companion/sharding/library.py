@@ -15,6 +15,9 @@ Used in: chapter 9.
   for backward); ``False`` keeps them gathered until backward, which is
   ZeRO-2's memory with ZeRO-3's code. ``mode`` bf16 becomes a
   ``MixedPrecisionPolicy``: bf16 copies for compute, fp32 gradients reduced.
+  ``fully_shard`` refuses non-contiguous parameters (torch 2.11 to 2.14), so
+  a channels-last model (the ``gpu`` profile's) is handed over with its
+  weights made contiguous; its inputs may stay channels-last.
 
 Both broadcast rank 0's parameters and buffers first, as the hand-written
 stages do, and return ``(model, optimizer)`` for the usual loop.
@@ -76,6 +79,9 @@ def fsdp2(
     device = next(net.parameters()).device
     mesh = init_device_mesh(device.type, (world_size,))
     policy = mixed_precision_policy(mode)
+    for p in net.parameters():
+        if not p.is_contiguous():  # channels_last weights: FSDP2 shards flat, contiguous storage
+            p.data = p.data.contiguous()
     for unit in default_units(net) if units is None else units:
         fully_shard(unit, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
     fully_shard(net, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)

@@ -67,3 +67,17 @@ def test_every_profile_sizes_the_study_with_a_subset_or_all_of_the_data():
     assert PROFILES["gpu"].study_samples is None  # the full study where it takes minutes
     ci, cpu = PROFILES["ci"].study_samples, PROFILES["cpu"].study_samples
     assert ci[0] <= cpu[0]  # the reader's profile studies at least as much as CI's
+
+
+def test_book_precision_replaces_the_profile_precision_and_refuses_unknown_names(monkeypatch):
+    """BOOK_PRECISION=fp16 runs the gpu profile as a T4 runs it (make gpu-check's fp16 pass)."""
+    from companion.core import get_profile
+
+    assert get_profile("gpu").precision == "auto"
+    monkeypatch.setenv("BOOK_PRECISION", "fp16")
+    assert get_profile("gpu").precision == get_profile("ci").precision == "fp16"
+    monkeypatch.setenv("BOOK_PRECISION", " ")
+    assert get_profile("ci").precision == "fp32"
+    monkeypatch.setenv("BOOK_PRECISION", "fp8")
+    with pytest.raises(ValueError, match=r"BOOK_PRECISION='fp8' is not a precision; use one of auto, fp32, bf16, fp16"):
+        get_profile("gpu")

@@ -63,3 +63,26 @@ def test_a_study_run_carries_one_precision_to_every_method(small):
         RunSpec(small, "lenet", 1, 64, 0.1, 1, precision="fp8")
     fp32 = RunSpec(small, "lenet", 1, 64, 0.1, 1, profile="ci")
     assert {r.precision for name in ("reference", "split") for r in run_method(name, fp32)} == {"fp32"}
+
+
+@pytest.mark.parametrize("model, channels_last, quiet", [
+    ("lenet", True, True),  # conv1 has one input channel: two stride tuples, one memory order
+    ("lenet", False, False),
+    ("resnet18", True, True),  # the gpu profile's model: the warning seen on an H200
+])
+def test_only_a_nominal_stride_warning_of_a_channels_last_model_is_silenced(model, channels_last, quiet):
+    import warnings
+
+    from companion.core.precision import MathMode
+    from companion.ddp.loop import quiet_nominal_strides
+
+    net = MathMode("fp32", "cpu", channels_last).place(get_model(model), "cpu")
+    expected = quiet
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert quiet_nominal_strides(net, MathMode("fp32", "cpu", channels_last)) is expected
+        warnings.warn("Grad strides do not match bucket view strides. This may indicate ...", UserWarning)
+        warnings.warn("another warning", UserWarning)
+    shown = [str(w.message).split(".")[0] for w in seen]
+    assert shown == (["another warning"] if expected else
+                     ["Grad strides do not match bucket view strides", "another warning"])
