@@ -42,10 +42,14 @@ profile-check: $(VENV)/.installed
 	BOOK_PROFILE=$(PROFILE) $(BIN)/python .ci/execute_notebooks.py --same-checks _build/$(PROFILE)-check $(NOTEBOOKS)
 
 # For a machine with one or more CUDA GPUs (not run by CI): the whole test suite,
-# gpu and multigpu tests included, then every chapter under the gpu profile into
+# gpu and multigpu tests included, and every chapter under the gpu profile into
 # _build/gpu-check/ (the committed ci outputs are left alone), failing on any
-# cell error. BOOK_DATA=synthetic (the default here) needs no network; pass
-# BOOK_DATA=fashion-mnist to use the real data.
+# cell error or warning. BOOK_DATA=synthetic (the default here) needs no
+# network; pass BOOK_DATA=fashion-mnist to use the real data. On a big machine
+# `make -j2 gpu-check GPU_CHECK_JOBS=4` runs the tests beside the chapters, four
+# chapters at a time; each prints a line per finished cell. gpu-check-fp16 runs
+# the chapters as a T4 (Colab) runs them. On an H200 the tests and chapters took
+# longer than 10 minutes together (the gpu profile trains ResNet-18 for 10 epochs).
 GPU_CHECK_DATA ?= synthetic
 GPU_CHECK_JOBS ?= 1
 gpu-check: gpu-check-tests gpu-check-notebooks

@@ -603,6 +603,8 @@ CASES = [
     # issue 23's own examples that need a process group: a one-process gloo group, made and ended in the row
     # (ranks that disagree, class 3, need two ranks or more: tests/runtime/test_agree.py, 2 and 3 ranks)
     ("NaiveDDP a dict batch with weigh_by_samples", lambda t: in_group(lambda: ic.NaiveDDP(net(), weigh_by_samples=True)({"x": X})), TypeError, r"weigh_by_samples counts the samples of forward's first argument, a tensor with one row per sample; got dict: pass the input tensor first, or weigh_by_samples=False"),
+    ("BucketedDDP weigh_by_samples a string", lambda t: in_group(lambda: ic.BucketedDDP(net(), weigh_by_samples="no")), TypeError, r"weigh_by_samples must be of type bool, got str: pass True or False \(a string such as 'no' is not False\)"),
+    ("NaiveDDP finish_in_backward a number", lambda t: in_group(lambda: ic.NaiveDDP(net(), finish_in_backward=0)), TypeError, r"finish_in_backward must be of type bool, got int"),
     ("BucketedDDP a dict batch with weigh_by_samples", lambda t: in_group(lambda: ic.BucketedDDP(net(), weigh_by_samples=True)({"x": X})), TypeError, r"weigh_by_samples counts .*got dict"),
     ("NaiveDDP a step without finish()", lambda t: in_group(lambda: _step_without_finish(ic.NaiveDDP)), RuntimeError, r"NaiveDDP: a forward pass began a new step before finish\(\) ended the last one: call net\.finish\(\) after loss\.backward\(\)"),
     ("BucketedDDP a step without finish()", lambda t: in_group(lambda: _step_without_finish(ic.BucketedDDP)), RuntimeError, r"BucketedDDP: a forward pass began a new step before finish\(\)"),

@@ -45,7 +45,7 @@ from torch import nn
 from torch.autograd import Variable
 
 from ..collectives.partition import average_gradients
-from ..core.checks import check_module
+from ..core.checks import check_instance, check_module
 from ..runtime.agree import check_ranks_agree
 from ..runtime.checkpoint import register_wrapper
 
@@ -94,8 +94,9 @@ class NaiveDDP(nn.Module):
         self, module: nn.Module, weigh_by_samples: bool = False, finish_in_backward: bool = True
     ):
         super().__init__()
-        _check(module, type(self).__name__)
-        self.module, self.weigh_by_samples, self.allreduces = module, bool(weigh_by_samples), 0
+        _check(module, type(self).__name__, weigh_by_samples=weigh_by_samples,
+               finish_in_backward=finish_in_backward)
+        self.module, self.weigh_by_samples, self.allreduces = module, weigh_by_samples, 0
         check_ranks_agree(module, {"weigh_by_samples": weigh_by_samples}, type(self).__name__)
         self._sync_enabled = self._sync = True
         self._samples, self._pending, self._queued, self._begun = 0, False, False, False
@@ -160,8 +161,10 @@ def sample_weight(net: NaiveDDP) -> float:
     return net._samples / float(total)
 
 
-def _check(module: nn.Module, name: str) -> None:
+def _check(module: nn.Module, name: str, **flags: bool) -> None:
     check_module(module, "module")
+    for flag, value in flags.items():  # bool("no") is True: a flag must be a bool
+        check_instance(value, flag, bool, "pass True or False (a string such as 'no' is not False)")
     if not dist.is_initialized():
         raise RuntimeError(
             f"{name} needs a process group: create it inside a worker started by "

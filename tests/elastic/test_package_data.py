@@ -119,3 +119,18 @@ def test_the_installed_wheel_reads_and_checks_its_launch_files_outside_the_check
     assert found["sbatch"] == check_sbatch(LAUNCH / "slurm" / "train.sbatch")
     for kind in ("trainjob", "pytorchjob", "t9k"):
         assert found[kind]["image"] == found["dockerfile"]["image"]
+
+
+def test_the_wheel_ships_the_committed_gpu_measurements_and_reads_them_outside_the_checkout(
+        wheel, venv, tmp_path):
+    """Chapters 1 and 7 show them in Colab too, where only the wheel is installed."""
+    results = ROOT / "companion" / "bench" / "results"
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = [p.name for p in results.iterdir() if f"companion/bench/results/{p.name}" not in names]
+    assert not missing, f"not in the wheel: {missing}: list them in pyproject.toml's package-data"
+    python, purelib = venv
+    code = ("import json; from companion.bench.record import RESULTS, committed; "
+            "seen, study = committed(); print(json.dumps([str(RESULTS), seen['hardware'], len(study)]))")
+    where, hardware, n = json.loads(run([python, "-I", "-c", code], cwd=tmp_path))
+    assert Path(where) == purelib / "companion" / "bench" / "results"
+    assert hardware == json.loads((results / "h200-record.json").read_text())["hardware"] and n > 0
