@@ -60,10 +60,7 @@ def allreduce_grads_foreach(replicas: Sequence[nn.Module]) -> None:
     grads = [
         [p.grad for p in net.parameters() if p.grad is not None] for net in replicas
     ]
-    if len({g[0].data_ptr() for g in grads if g}) < len(grads):
-        raise ValueError(
-            "replicas share gradient memory: make them with copy_replicas()"
-        )
+    _check_own_memory(grads)
     first = grads[0]
     for g in grads[1:]:  # reduce into the first replica's gradients
         torch._foreach_add_(first, [t.to(first[0].device) for t in g])
@@ -103,3 +100,11 @@ def train_batch_foreach(
         allreduce_grads=allreduce_grads_foreach,
         sgd=sgd_foreach,
     )
+
+
+def _check_own_memory(grads: list[list[torch.Tensor]]) -> None:
+    """``ValueError`` if two replicas' gradients share memory (empty tensors hold none)."""
+    firsts = [next((t.data_ptr() for t in g if t.numel()), None) for g in grads]
+    held = [ptr for ptr in firsts if ptr is not None]
+    if len(set(held)) < len(held):
+        raise ValueError("replicas share gradient memory: make them with copy_replicas()")

@@ -121,7 +121,7 @@ def _check_one_per_device(tensors: list[torch.Tensor]) -> None:
                 f"tensor {i} has shape {tuple(t.shape)} but tensor 0 has "
                 f"{tuple(tensors[0].shape)}: pass one tensor per device, all the same shape"
             )
-        if (t.device, t.data_ptr()) in seen:
+        if t.numel() and (t.device, t.data_ptr()) in seen:  # an empty tensor holds no memory
             raise ValueError(
                 f"tensor {i} shares memory with an earlier one and would be counted "
                 f"twice: give every device its own copy (see copy_replicas)"

@@ -58,3 +58,37 @@ def test_train_with_the_foreach_step_matches_the_naive_step():
     assert [r.method for r in runs[1]] == ["train_batch_foreach"]
     torch.testing.assert_close(list(nets[0].parameters()), list(nets[1].parameters()))
     assert abs(runs[0][0].test_acc - runs[1][0].test_acc) <= 0.002
+
+
+class _EmptyFirst(torch.nn.Module):
+    """A model whose first parameter holds no elements (as a pruned or placeholder layer can)."""
+
+    def __init__(self):
+        super().__init__()
+        self.empty = torch.nn.Parameter(torch.zeros(0))
+        self.fc = torch.nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.fc(x) + self.empty.sum()
+
+
+@pytest.mark.parametrize("step", ["train_batch", "train_batch_foreach"])
+def test_a_zero_size_parameter_is_no_shared_memory_and_the_step_matches_one_device(step):
+    """Two empty tensors share no bytes: both steps train such a model as one device does."""
+    from companion.split import fused, naive
+
+    torch.manual_seed(0)
+    net = _EmptyFirst().double()
+    X, y = torch.randn(10, 6, dtype=torch.float64), torch.randint(0, 3, (10,))
+    devices = [torch.device("cpu")] * 3
+    replicas = naive.copy_replicas(net, devices)
+    train = getattr(naive if step == "train_batch" else fused, step)
+    train(X, y, replicas, devices, lr=0.1)
+    one = copy.deepcopy(net)
+    torch.nn.functional.cross_entropy(one(X), y).backward()
+    with torch.no_grad():
+        for p in one.parameters():
+            p -= 0.1 * p.grad
+    for replica in replicas:
+        for a, b in zip(replica.parameters(), one.parameters()):
+            torch.testing.assert_close(a, b)
