@@ -80,7 +80,7 @@ def load_record(path: str | Path) -> dict:
 
 def committed(name: str = MEASURED) -> tuple[dict, list]:
     """The record and the study (:class:`~companion.study.driver.StudyRecord` list) measured
-    in one session on the machine ``name``, as shipped in :data:`RESULTS`."""
+    in one session on the machine ``name``, as shipped in ``RESULTS``."""
     from ..study.driver import load_study
 
     known = sorted(p.name[: -len("-record.json")] for p in RESULTS.iterdir()
