@@ -51,10 +51,12 @@ def test_what_chapters_1_and_7_say_of_the_committed_numbers_holds():
 
     seen, study = committed()
     loops = seen["loop"]
-    # chapter 1: device-resident ~all compute; the DataLoader loses a quarter or so; target missed
+    # chapter 1: device-resident ~all compute; the DataLoader loses over a quarter; target missed
     assert loops["device-resident"]["loop_efficiency"] > 0.95
-    assert 0.65 < loops["DataLoader"]["loop_efficiency"] < 0.8
-    assert seen["baseline"]["median"]["d2l's loop"] < loops["DataLoader"]["sec_per_epoch"]
+    assert 0.65 < loops["DataLoader"]["loop_efficiency"] < 0.75  # "over a quarter"
+    d2l = seen["baseline"]["median"]["d2l's loop"]
+    assert d2l < loops["DataLoader"]["sec_per_epoch"]  # its workers hide the batch building
+    assert d2l < 1.1 * loops["device-resident"]["sec_per_epoch"]  # "comes close"
     assert TARGET < seen["baseline"]["ratio"] < 0.7
     # chapter 7: split on the GPU named twice is slower; DDP and split about equal at 1
     points = {(p.method, p.n_devices): p for p in aggregate(study)}
