@@ -14,25 +14,27 @@ model once per tensor. Buckets pay it once per bucket:
   filled the bucket's one asynchronous all-reduce starts;
 * buckets start in index order on every rank (a bucket that is complete
   early waits for the ones before it), so the collectives match;
-* :meth:`BucketedDDP.finish` waits for them and copies the averages back
-  into ``.grad``. (Torch's ``gradient_as_bucket_view=True`` makes ``.grad`` a
-  view into the bucket and saves both copies.)
+* ``finish()`` waits for them and copies the averages back into ``.grad``.
+  (Torch's ``gradient_as_bucket_view=True`` makes ``.grad`` a view into the
+  bucket and saves both copies.)
 
 Parameters that need care: frozen ones are never in a bucket; a tied
 parameter is one parameter, in one bucket, counted once. A parameter that
-``forward`` did not use would leave its bucket incomplete forever. By default
-:meth:`~BucketedDDP.finish` raises an error naming it; with
-``find_unused_parameters=True`` it is handled as torch's DDP does: its slot
-holds zeros, so every rank still launches every bucket, a one-flag-per-parameter
-all-reduce finds the parameters that *no* rank used, and those keep
-``.grad = None``. (Torch finds them right after forward, by walking the
-autograd graph; here they are found after backward, so their bucket does not
-overlap with backward.)
+``forward`` did not use would leave its bucket incomplete forever: by
+default the next forward pass raises an error naming it. With
+``find_unused_parameters=True`` it is handled as torch's DDP does. After
+each forward pass, :func:`~companion.internals.lifetime.reachable_parameters`
+walks the autograd graph back from the outputs; at the first gradient of
+backward, :func:`fill_unused` marks every parameter it did not reach as
+ready, its slot holding the gradient it already has (accumulated under
+``no_sync()``) or zeros, so every rank still launches every bucket, during
+backward. At the end a one-flag-per-parameter all-reduce
+(:func:`used_anywhere`) finds the parameters that *no* rank used since the
+last synchronised step, and those keep the ``.grad`` they had.
 """
 
 from __future__ import annotations
 
-from functools import partial
 from collections.abc import Sequence
 
 import torch
@@ -41,10 +43,10 @@ from torch import nn
 
 from ..core.checks import check_positive
 from ..runtime.agree import check_ranks_agree
-from .hooks import unused_error
-from .naive import NaiveDDP, sample_weight, trainable_parameters
+from .lifetime import reachable_parameters
+from .naive import NaiveDDP, sample_weight
 
-__all__ = ["assign_buckets", "Bucket", "BucketedDDP", "fill_unused"]
+__all__ = ["assign_buckets", "Bucket", "BucketedDDP", "fill_unused", "used_anywhere"]
 
 
 def assign_buckets(params: Sequence[torch.Tensor], bucket_cap_mb: float) -> list[list[int]]:
@@ -90,83 +92,123 @@ class Bucket:
 class BucketedDDP(NaiveDDP):
     """Gradients copied into buckets; one async all-reduce per complete bucket."""
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, *, weigh_by_samples=False,
-                 find_unused_parameters=False, finish_in_backward=True):
+    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, *,
+                 weigh_by_samples=False, find_unused_parameters=False,
+                 finish_in_backward=True):
         super().__init__(module, weigh_by_samples, finish_in_backward)
-        named = _check_trainable(trainable_parameters(module))
-        groups = assign_buckets([p for _, p in named], bucket_cap_mb)
-        self.buckets = [Bucket([named[i] for i in group]) for group in groups]
+        groups = assign_buckets([p for _, p in self._params], bucket_cap_mb)
+        self.buckets = [Bucket([self._params[i] for i in g]) for g in groups]
         self.find_unused_parameters = bool(find_unused_parameters)
-        check_ranks_agree(module, dict(bucket_cap_mb=bucket_cap_mb, find_unused_parameters=find_unused_parameters), "BucketedDDP")
-        self._scale, self._next = 1.0, 0
-        for b in self.buckets:
-            for name, p, slot in zip(b.names, b.params, b.slots):
-                p.register_post_accumulate_grad_hook(partial(self._hook, b, name, slot))
+        options = dict(bucket_cap_mb=bucket_cap_mb,
+                       find_unused_parameters=find_unused_parameters)
+        check_ranks_agree(module, options, "BucketedDDP")
+        self._slots = {name: (b, slot) for b in self.buckets
+                       for name, slot in zip(b.names, b.slots)}
+        self._scale = 1.0
+        self._new_step()
+
+    def forward(self, *args, **kwargs):
+        out = super().forward(*args, **kwargs)
+        if self.find_unused_parameters and self._pending:
+            self._reachable |= reachable_parameters(out)  # as torch does
+        return out
 
     def _prepare(self) -> None:
-        self._scale, self._next = sample_weight(self), 0
-        for b in self.buckets:
-            b.ready, b.work = set(), None
+        self._scale = sample_weight(self)
+        if self.find_unused_parameters:
+            fill_unused(self)  # now: their buckets can start during backward
 
-    def _hook(self, bucket: Bucket, name: str, slot: torch.Tensor, p: torch.Tensor) -> None:
-        if not self._sync:  # inside no_sync(): the gradient stays local
-            return
-        torch.mul(p.grad.reshape(-1), self._scale, out=slot)  # copy in, scaled
+    def _reduce(self, name: str, p: torch.Tensor) -> None:
+        bucket, slot = self._slots[name]
+        if name in bucket.ready:
+            raise RuntimeError(
+                f"BucketedDDP: {name} got a gradient, but forward's outputs "
+                f"do not lead to it: return every tensor the loss uses")
+        _copy_scaled(p.grad, self._scale, slot)  # into the bucket
         bucket.ready.add(name)
         self._launch_ready()
 
+    def _complete(self) -> bool:
+        return all(b.complete for b in self.buckets)
+
+    def _missing(self) -> list[str]:
+        return [n for b in self.buckets for n in b.names if n not in b.ready]
+
     def _launch_ready(self) -> None:
         """Start every complete bucket whose predecessors have all started."""
-        while self._next < len(self.buckets) and self.buckets[self._next].complete:
+        while (self._next < len(self.buckets)
+               and self.buckets[self._next].complete):
             b = self.buckets[self._next]
             b.work = dist.all_reduce(b.buffer, async_op=True)
             self._next += 1
             self.allreduces += 1
 
-    def finish(self) -> None:
-        """Fill in unused parameters (or raise), wait, and copy the averages to ``.grad``."""
-        if not self._pending:
-            return
-        self._pending, self._samples = False, 0
-        used = fill_unused(self)  # every bucket has started now
+    def _average(self) -> None:
+        """Wait, and copy the averages into ``.grad`` of every parameter some rank used."""
+        used = used_anywhere(self)
+        self._wait_started()
         for b in self.buckets:
-            b.work.wait()
             for name, p, slot in zip(b.names, b.params, b.slots):
-                if p.grad is not None:
-                    p.grad.copy_(slot.view_as(p))
-                elif used[name]:  # no rank used it: .grad stays None
-                    p.grad = slot.view_as(p).clone()
+                if used[name]:  # unused by every rank: keeps its .grad
+                    _set_grad(p, slot.view_as(p))
 
-
-def fill_unused(net: BucketedDDP) -> dict[str, bool]:
-    """At the end of backward: zeros for each parameter without a gradient, or an error.
-
-    Without ``find_unused_parameters`` a missing gradient raises (after
-    waiting for the buckets already started, so no collective is left half
-    done). With it, the parameter's slot holds zeros, the remaining buckets
-    start, and one small all-reduce of one flag per parameter tells which
-    parameters *no* rank used. Returns ``{name: used by some rank}``.
-    """
-    missing = [(b, n) for b in net.buckets for n in b.names if n not in b.ready]
-    names = [n for b in net.buckets for n in b.names]
-    if missing and not net.find_unused_parameters:
-        for b in net.buckets[: net._next]:
+    def _wait_started(self) -> None:
+        for b in self.buckets[: self._next]:
             b.work.wait()
-        raise unused_error([n for _, n in missing], "BucketedDDP")
-    for b, name in missing:
-        b.slots[b.names.index(name)].zero_()  # no gradient here: zeros in the sum
-        b.ready.add(name)
+
+    def _new_step(self) -> None:
+        super()._new_step()
+        self._next, self._reachable = 0, set()
+        for b in getattr(self, "buckets", []):  # none in NaiveDDP.__init__
+            b.ready, b.work = set(), None
+
+
+def fill_unused(net: BucketedDDP) -> None:
+    """Mark ready each parameter that backward cannot reach from forward's outputs.
+
+    Its slot holds the gradient it already has, accumulated under
+    ``no_sync()``, or zeros, so every rank still launches every bucket and
+    the sum is right wherever the parameter was used.
+    """
+    for b in net.buckets:
+        for name, p, slot in zip(b.names, b.params, b.slots):
+            if id(p) not in net._reachable:
+                _copy_scaled(p.grad, net._scale, slot)
+                b.ready.add(name)
     net._launch_ready()
+
+
+def used_anywhere(net: BucketedDDP) -> dict[str, bool]:
+    """``{name: some rank gave it a gradient since the last synchronised step}``.
+
+    Without ``find_unused_parameters`` every parameter was (the step is
+    complete). With it, one all-reduce of one flag per parameter.
+    """
+    names = [n for b in net.buckets for n in b.names]
     if not net.find_unused_parameters:
         return dict.fromkeys(names, True)
-    unused_here = {n for _, n in missing}
-    flags = torch.tensor([0.0 if n in unused_here else 1.0 for n in names],
-                         device=net.buckets[0].buffer.device)
+    here = net._ready | net._used
+    device = net.buckets[0].buffer.device
+    flags = torch.tensor([float(n in here) for n in names], device=device)
     dist.all_reduce(flags)
     return {n: bool(f > 0) for n, f in zip(names, flags.tolist())}
 
 
-def _check_trainable(named: list) -> list:
-    if not named:
-        raise ValueError("the module has no trainable parameters: nothing to all-reduce")
-    return named
+def _copy_scaled(grad: torch.Tensor | None, scale: float, slot: torch.Tensor) -> None:
+    """``slot = grad * scale``, flattened; zeros for no gradient, dense for a sparse one."""
+    if grad is None:
+        slot.zero_()
+        return
+    grad = grad.detach()  # a gradient built with create_graph=True
+    torch.mul((grad.to_dense() if grad.is_sparse else grad).reshape(-1), scale, out=slot)
+
+
+def _set_grad(p: torch.Tensor, averaged: torch.Tensor) -> None:
+    """Write ``averaged`` into ``p.grad``, keeping its layout (new if it has none)."""
+    if p.grad is None:
+        p.grad = averaged.clone()
+    elif p.grad.is_sparse:
+        p.grad = averaged.to_sparse()
+    else:
+        with torch.no_grad():
+            p.grad.copy_(averaged)

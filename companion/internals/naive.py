@@ -11,14 +11,22 @@ the gradients with chapter 3's ``average_gradients``: one all-reduce per
 parameter tensor, each one only after the whole backward pass. Nothing
 overlaps, and every tensor pays the per-message latency.
 
-A drop-in for torch's DDP: the first gradient hook of a synchronised
-backward pass queues ``finish`` on the autograd engine
-(``Variable._execution_engine.queue_callback``, a private torch API that
-torch's FSDP uses the same way), which calls it once backward has computed
-every gradient, so training code written for torch's DDP drives these
-wrappers unchanged. The fallback: ``finish_in_backward=False`` (or a torch
-without that API) leaves the call to the loop, ``loss.backward();
-net.finish()``. Calling ``finish()`` again after it ran does nothing.
+A drop-in for torch's DDP: every parameter's gradient hook notes that its
+gradient is ready, and the one that completes the set queues ``finish`` on
+the autograd engine (``Variable._execution_engine.queue_callback``, a
+private torch API that torch's FSDP uses the same way), which calls it once
+that backward pass has ended. So training code written for torch's DDP
+drives these wrappers unchanged, and what torch's DDP allows works here
+too: an output computed and ignored, two forward passes and one backward,
+several backward passes that together reach every parameter, and
+checkpointing (a recomputation inside backward begins no step). A
+parameter that got no gradient is named at the next forward pass, as
+torch's DDP does, and one that gets two in one step is refused, as there.
+The hooks live as long as the wrapper (:mod:`.lifetime`): a backward
+pass through ``net.module`` communicates nothing. The fallback:
+``finish_in_backward=False`` (or a torch without that API) leaves the call
+to the loop, ``loss.backward(); net.finish()``. Calling ``finish()`` again
+after it ran does nothing.
 
 Two things are shared by every step:
 
@@ -38,6 +46,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from collections.abc import Iterator
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -47,7 +56,9 @@ from torch.autograd import Variable
 from ..collectives.partition import average_gradients
 from ..core.checks import check_instance, check_module
 from ..runtime.agree import check_ranks_agree
+from ..ddp.unused import UnusedParameters
 from ..runtime.checkpoint import register_wrapper
+from .lifetime import hook_parameters, in_backward
 
 __all__ = [
     "broadcast_state",
@@ -55,6 +66,7 @@ __all__ = [
     "NaiveDDP",
     "sample_weight",
     "can_finish_in_backward",
+    "unused_error",
 ]
 
 
@@ -90,56 +102,107 @@ class NaiveDDP(nn.Module):
     one-number count of ``weigh_by_samples`` is not counted).
     """
 
-    def __init__(
-        self, module: nn.Module, weigh_by_samples: bool = False, finish_in_backward: bool = True
-    ):
+    def __init__(self, module: nn.Module, weigh_by_samples: bool = False,
+                 finish_in_backward: bool = True):
         super().__init__()
-        _check(module, type(self).__name__, weigh_by_samples=weigh_by_samples,
+        name = type(self).__name__
+        _check(module, name, weigh_by_samples=weigh_by_samples,
                finish_in_backward=finish_in_backward)
-        self.module, self.weigh_by_samples, self.allreduces = module, weigh_by_samples, 0
-        check_ranks_agree(module, {"weigh_by_samples": weigh_by_samples}, type(self).__name__)
-        self._sync_enabled = self._sync = True
-        self._samples, self._pending, self._queued, self._begun = 0, False, False, False
+        self.module, self.weigh_by_samples = module, weigh_by_samples
+        self.allreduces = 0
+        check_ranks_agree(module, {"weigh_by_samples": weigh_by_samples}, name)
+        self._params = _check_trainable(trainable_parameters(module))
+        self._drop_in = finish_in_backward and can_finish_in_backward()
+        self._sync_enabled, self._released = True, False
+        self._new_step()
         broadcast_state(module)
-        if finish_in_backward and can_finish_in_backward():
-            for _, p in trainable_parameters(module):
-                p.register_post_accumulate_grad_hook(self._queue_finish)
+        self._handles = hook_parameters(self, self._params, self._on_grad)
 
-    def forward(self, X: torch.Tensor, *args, **kwargs):
+    def forward(self, *args, **kwargs):
+        # a forward pass inside backward is a checkpoint's recomputation
+        if torch.is_grad_enabled() and not in_backward():
+            self._begin(args[0] if args else None)
+        return self.module(*args, **kwargs)
+
+    def _begin(self, X) -> None:
+        """A forward pass: communicate in the backward that follows, or accumulate."""
+        if self._pending and self._ready and not self._complete():
+            self._give_up()  # the last backward missed some: name them
         self._samples += _check_step(self, X)
-        self._sync = self._sync_enabled  # decided now, as torch's DDP does
-        if self._sync:
-            self._prepare()
-        self._pending, self._queued = self._sync, False
-        return self.module(X, *args, **kwargs)
+        self._pending = self._sync_enabled  # decided now, as torch's DDP does
+        self._accumulating |= not self._pending
 
-    def _queue_finish(self, p: torch.Tensor) -> None:
-        """First gradient of a synchronised backward: run ``finish`` when backward ends."""
-        if self._pending and not self._queued:
-            self._queued = True
+    def _on_grad(self, name: str, p: torch.Tensor) -> None:
+        """A parameter's gradient is complete for this backward pass."""
+        if not self._pending:
+            if self._accumulating:
+                self._used.add(name)  # no_sync(): the gradient stays local
+            return
+        if name in self._ready:
+            raise RuntimeError(_twice(name, type(self).__name__))
+        if not self._ready:
+            self._prepare()  # the first gradient of a synchronised backward
+        self._ready.add(name)
+        self._reduce(name, p)
+        if self._drop_in and self._complete() and not self._queued:
+            self._queued = True  # finish once this backward has ended
             Variable._execution_engine.queue_callback(self.finish)
 
     @contextmanager
     def no_sync(self) -> Iterator[None]:
         """Forward passes inside the block leave their gradients local (accumulation)."""
-        self._sync_enabled = False
+        before, self._sync_enabled = self._sync_enabled, False
         try:
             yield
         finally:
-            self._sync_enabled = True
+            self._sync_enabled = before  # nested: the outer block still holds
 
     def finish(self) -> None:
         """After ``backward()``: average every gradient over the ranks (unless ``no_sync``)."""
         if not self._pending:
             return
-        self._pending = False
+        if not self._complete():
+            self._give_up()
+        self._average()
+        self._new_step()
+
+    def _average(self) -> None:
         n_local = self._samples if self.weigh_by_samples else None
         average_gradients(self.module, "dist.all_reduce", n_local=n_local)
-        self.allreduces += sum(1 for p in self.module.parameters() if p.grad is not None)
-        self._samples = 0
+        grads = [p for p in self.module.parameters() if p.grad is not None]
+        self.allreduces += len(grads)
 
     def _prepare(self) -> None:
-        """Called by a synchronised forward pass; the later steps set up their hooks' state."""
+        """The first gradient of a synchronised backward; the later steps set up their state."""
+
+    def _reduce(self, name: str, p: torch.Tensor) -> None:
+        """A gradient is ready; the later steps start communicating it at once."""
+
+    def _complete(self) -> bool:
+        return len(self._ready) == len(self._params)
+
+    def _missing(self) -> list[str]:
+        return [name for name, _ in self._params if name not in self._ready]
+
+    def _wait_started(self) -> None:
+        """Wait for communication already started (the later steps have some)."""
+
+    def _new_step(self) -> None:
+        self._samples, self._ready, self._used = 0, set(), set()
+        self._pending = self._queued = self._accumulating = False
+
+    def _give_up(self) -> NoReturn:
+        """Some parameters never got a gradient: end the step and name them."""
+        missing = self._missing()
+        self._wait_started()  # no collective is left half done
+        self._new_step()
+        raise unused_error(missing, type(self).__name__)
+
+    def release(self) -> None:
+        """Remove this wrapper's hooks (a newer wrapper over the same module calls it)."""
+        for handle in self._handles:
+            handle.remove()
+        self._released = True
 
 
 register_wrapper(NaiveDDP)  # unwrap() and checkpoints see the model inside, as with torch's DDP
@@ -155,8 +218,9 @@ def sample_weight(net: NaiveDDP) -> float:
     """
     if not net.weigh_by_samples:
         return 1.0 / dist.get_world_size()
-    device = next(net.module.parameters()).device  # nccl reduces GPU tensors only
-    total = torch.tensor([float(net._samples)], dtype=torch.float64, device=device)
+    device = next(net.module.parameters()).device  # nccl: GPU tensors only
+    total = torch.tensor([float(net._samples)], dtype=torch.float64,
+                         device=device)
     dist.all_reduce(total)
     return net._samples / float(total)
 
@@ -173,21 +237,24 @@ def _check(module: nn.Module, name: str, **flags: bool) -> None:
 
 
 def _check_step(ddp: NaiveDDP, X) -> int:
-    """The samples ``X`` adds to this step's count; refuses a step begun before ``finish()``.
+    """The samples ``X`` adds to this step's count; refuses what would drift in silence.
 
-    A synchronised forward pass with autograd on begins a step; ``finish()``
-    (every variant's) ends it by setting the count back to 0. Without it the
-    gradients stay local and the replicas drift apart in silence.
+    In the fallback (``finish_in_backward=False``) a synchronised forward pass
+    begins a step and ``finish()`` ends it: a forward pass in between means
+    ``finish()`` was skipped, and without it the gradients stay local.
     """
-    if not torch.is_grad_enabled():
-        return 0  # evaluation: no step begins, no samples to weigh
-    if ddp._begun and ddp._samples:
+    name = type(ddp).__name__
+    if ddp._released:
         raise RuntimeError(
-            f"{type(ddp).__name__}: a forward pass began a new step before finish() ended "
+            f"{name}: a newer wrapper over the same module replaced this one and its "
+            f"hooks are gone: use the newer wrapper"
+        )
+    if ddp._pending and not ddp._drop_in:
+        raise RuntimeError(
+            f"{name}: a forward pass began a new step before finish() ended "
             f"the last one: call net.finish() after loss.backward() and before "
             f"optimizer.step(), or the replicas drift apart"
         )
-    ddp._begun = ddp._sync_enabled
     if isinstance(X, torch.Tensor) and X.dim() > 0:
         return len(X)
     if ddp.weigh_by_samples:
@@ -196,4 +263,31 @@ def _check_step(ddp: NaiveDDP, X) -> int:
             f"with one row per sample; got {type(X).__name__}: pass the input tensor "
             f"first, or weigh_by_samples=False"
         )
-    return 1  # unweighed: only marks that a step began
+    return 0
+
+
+def _check_trainable(named: list) -> list:
+    if not named:
+        raise ValueError(
+            "the module has no trainable parameters: nothing to all-reduce (torch's DDP "
+            "refuses it too); train it without a wrapper"
+        )
+    return named
+
+
+def _twice(name: str, wrapper: str) -> str:
+    return (
+        f"{wrapper}: parameter {name} got a second gradient in one synchronised step "
+        f"(two backward passes through it). Torch's DDP refuses this too: add the losses "
+        f"and call backward once"
+    )
+
+
+def unused_error(names: list[str], wrapper: str) -> UnusedParameters:
+    """The error for parameters that got no gradient, saying what to do."""
+    return UnusedParameters(
+        f"{wrapper}: parameter(s) {', '.join(names)} got no gradient in the last "
+        f"synchronised step (forward did not use them), so their all-reduce never "
+        f"started. Freeze them (p.requires_grad_(False)), remove them, or use "
+        f"BucketedDDP(..., find_unused_parameters=True)"
+    )

@@ -50,7 +50,8 @@ class TiedFrozenUnused(nn.Module):
 def care_worker(
     rank: int, world_size: int, X: torch.Tensor, y: torch.Tensor, bucket_cap_mb: float = 0.001
 ) -> dict:
-    """Worker: one backward pass of :class:`TiedFrozenUnused` under each step; what it did."""
+    """Worker: one step of :class:`TiedFrozenUnused` under each wrapper, what it did, and
+    what the next forward pass says (an unused parameter is named there)."""
     seen = {}
     for variant, options in (
         ("HookedDDP", {}),
@@ -60,14 +61,14 @@ def care_worker(
         set_seed(0)
         net = wrap(TiedFrozenUnused(), variant, bucket_cap_mb, **options)
         name = variant + (" (find_unused_parameters)" if options else "")
-        try:
-            F.cross_entropy(net(X), y).backward()  # finish() runs at its end
-        except UnusedParameters as err:
-            seen[name] = {"error": str(err)}
-            continue
+        F.cross_entropy(net(X), y).backward()  # finish() runs at its end, once complete
         seen[name] = {
-            "buckets": [b.names for b in net.buckets],
+            "buckets": [b.names for b in getattr(net, "buckets", [])],
             "no gradient": [n for n, p in net.module.named_parameters() if p.grad is None],
             "all-reduces": net.allreduces,
         }
+        try:
+            net(X)  # the next step: an incomplete last step is named here, as by torch
+        except UnusedParameters as err:
+            seen[name] = {"error": str(err)}
     return seen

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.ch6
 @pytest.mark.parametrize("uneven", [False, True])
 def test_naive_equals_one_process_on_the_global_batch(runs, world_size, uneven):
     batches, results = runs
-    assert_replicas_equal_reference(results[world_size], ("NaiveDDP", uneven), reference(batches))
+    assert_replicas_equal_reference(results[world_size], ("NaiveDDP", uneven), reference(batches, unused=False))
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 4])
@@ -25,8 +25,18 @@ def test_naive_equals_one_process_on_the_global_batch(runs, world_size, uneven):
 def test_the_explicit_finish_fallback_trains_the_same(runs, world_size, uneven, variant):
     """finish_in_backward=False: the loop calls finish() (a second call does nothing)."""
     batches, results = runs
-    want = reference(batches, unused=variant != "HookedDDP")
+    want = reference(batches, unused=variant == "BucketedDDP")
     assert_replicas_equal_reference(results[world_size], (variant, "explicit", uneven), want)
+
+
+@pytest.mark.parametrize("variant", ["NaiveDDP", "HookedDDP", "BucketedDDP"])
+@pytest.mark.parametrize("explicit", [False, True])
+def test_an_unused_parameter_is_named_at_the_next_forward_or_in_an_explicit_finish(runs, variant, explicit):
+    """As torch's DDP: the step cannot complete, and the next forward pass says why."""
+    for out in runs[1][2]:
+        message = out["errors"][variant, explicit]
+        assert message.startswith(f"{variant}: parameter(s) unused got no gradient"), message
+        assert "requires_grad_(False)" in message and "find_unused_parameters=True" in message
 
 
 def test_finish_is_queued_on_the_autograd_engine_of_this_torch():

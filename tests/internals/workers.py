@@ -66,7 +66,7 @@ def every_variant(rank, world_size, batches, micro_batches):
     out = {}
     for uneven in (False, True):
         weigh = {"weigh_by_samples": uneven}
-        out["NaiveDDP", uneven] = train_variant(rank, world_size, "NaiveDDP", batches, uneven, **weigh)
+        out["NaiveDDP", uneven] = train_variant(rank, world_size, "NaiveDDP", batches, uneven, False, **weigh)
         out["HookedDDP", uneven] = train_variant(rank, world_size, "HookedDDP", batches, uneven, False, **weigh)
         for cap in (25.0, 0.001):
             out["BucketedDDP", cap, uneven] = train_variant(
@@ -74,7 +74,7 @@ def every_variant(rank, world_size, batches, micro_batches):
                 find_unused_parameters=True, **weigh)
         for variant in ("NaiveDDP", "HookedDDP", "BucketedDDP"):
             out[variant, "explicit", uneven] = train_variant(
-                rank, world_size, variant, batches, uneven, variant != "HookedDDP", explicit=True,
+                rank, world_size, variant, batches, uneven, variant == "BucketedDDP", explicit=True,
                 **weigh, **({"find_unused_parameters": True} if variant == "BucketedDDP" else {}))
     for unused in (True, False):
         out["torch DDP", unused] = train_variant(rank, world_size, "torch DDP", batches, False, unused,
@@ -85,16 +85,19 @@ def every_variant(rank, world_size, batches, micro_batches):
 
 
 def unused_errors(rank, world_size, batch):
-    """The messages HookedDDP and BucketedDDP (without find_unused_parameters) raise."""
+    """The messages each wrapper (BucketedDDP without find_unused_parameters) raises for an
+    unused parameter: at the next forward pass (as torch's DDP), or in an explicit finish()."""
     X, y = batch
     messages = {}
-    for variant in ("HookedDDP", "BucketedDDP"):
-        net = wrap(quirky(), variant, bucket_cap_mb=0.001)
-        try:
-            F.cross_entropy(net(X), y).backward()  # finish() runs, and raises, at its end
-            messages[variant] = ""
-        except UnusedParameters as err:
-            messages[variant] = str(err)
+    for variant in ("NaiveDDP", "HookedDDP", "BucketedDDP"):
+        for explicit in (False, True):
+            net = wrap(quirky(), variant, bucket_cap_mb=0.001, finish_in_backward=not explicit)
+            try:
+                F.cross_entropy(net(X), y).backward()  # the step cannot complete ...
+                net.finish() if explicit else net(X)  # ... and says so here
+                messages[variant, explicit] = ""
+            except UnusedParameters as err:
+                messages[variant, explicit] = str(err)
     return messages
 
 

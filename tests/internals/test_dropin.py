@@ -1,0 +1,64 @@
+"""Chapter 6's wrappers as drop-ins for torch's DDP: each pattern torch's DDP allows, run under
+torch's DDP and under each wrapper on the same script, at world sizes 1, 2 and 4; the wrappers
+leave torch's gradients, or refuse where torch refuses (or, without find_unused_parameters,
+name the unused parameter)."""
+import pytest
+import torch
+
+from companion.internals.dropin_cases import CASES
+from companion.internals.dropin import LIFETIME, WRAPPERS, dropin_table, dropin_worker, same_result
+from companion.runtime import launch
+
+pytestmark = pytest.mark.ch6
+
+FIND_UNUSED = [name for name, case in CASES.items() if case[3]]  # only BucketedDDP has the option
+
+
+@pytest.fixture(scope="module")
+def dropin():
+    return {p: launch(dropin_worker, p, backend="gloo", timeout=300) for p in (1, 2, 4)}
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("variant", WRAPPERS[1:])
+@pytest.mark.parametrize("case", [*CASES, *LIFETIME])
+def test_each_wrapper_leaves_torch_s_gradients_or_refuses_as_torch_does(dropin, world_size, variant, case):
+    for results in dropin[world_size]:
+        got, want = results[case, variant], results[case, "torch DDP"]
+        if case in FIND_UNUSED and variant != "BucketedDDP":
+            assert isinstance(got, str), got
+            assert got.startswith(f"raises UnusedParameters: {variant}: parameter(s) spare"), got
+        else:
+            assert same_result(got, want), (got, want)
+
+
+def test_the_cases_tell_averaged_from_local_gradients(dropin):
+    """The checks could fail: on 2 ranks the inputs differ, so local gradients differ from rank
+    to rank, and an averaged one is the same on both."""
+    local = {"nested no_sync", "backward through .module", "wrapper deleted"}
+    ranks = dropin[2]
+    for case in [*CASES, *LIFETIME]:
+        want = [r[case, "torch DDP"] for r in ranks]
+        if isinstance(want[0], str):
+            continue
+        grads = [g for g in want[0].values() if g is not None]
+        assert grads and any(g.abs().sum() > 0 for g in grads), case
+        assert same_result(want[0], want[1]) == (case not in local), case
+
+
+def test_an_accumulated_gradient_is_averaged_when_the_synced_step_does_not_use_it(dropin):
+    """Issue 41's first case: torch's DDP averages a.weight's no_sync gradient; BucketedDDP used
+    to write zeros over it."""
+    for results in dropin[2]:
+        a = results["accumulate, then unused", "BucketedDDP"]["a.weight"]
+        assert a is not None and a.abs().sum() > 0
+
+
+def test_the_chapter_s_table_reads_the_same_results(dropin):
+    rows = dropin_table(dropin[2][0])
+    assert len(rows) == len(CASES) + len(LIFETIME)
+    assert not [row for row in rows if "DIFFERENT gradients" in row]
+    counts = {cell for row in rows for cell in row[2:]}
+    assert counts <= {"same gradients", "refuses, as torch",
+                      "refuses: names the unused parameter (no find_unused_parameters)"}
+    assert all(cell == "same gradients" for row in rows for cell in row[4:] if row[1] == "runs")
