@@ -81,6 +81,10 @@ class Bucket:
         numel = sum(p.numel() for p in self.params)
         self.buffer = torch.zeros(numel, dtype=self.params[0].dtype, device=self.params[0].device)
         self.slots = list(self.buffer.split([p.numel() for p in self.params]))
+        self.reset()
+
+    def reset(self) -> None:
+        """A new step: no slot ready, no all-reduce started."""
         self.ready: set[str] = set()
         self.work = None
 
@@ -104,44 +108,30 @@ class BucketedDDP(NaiveDDP):
         check_ranks_agree(module, options, "BucketedDDP")
         self._slots = {name: (b, slot) for b in self.buckets
                        for name, slot in zip(b.names, b.slots)}
-        self._scale = 1.0
-        self._new_step()
-
-    def forward(self, *args, **kwargs):
-        out = super().forward(*args, **kwargs)
-        if self.find_unused_parameters and self._pending:
-            self._reachable |= reachable_parameters(out)  # as torch does
-        return out
+        self._scale, self._next = 1.0, 0
+        if self.find_unused_parameters:  # as torch: walk the graph from the outputs
+            self.register_forward_hook(note_reachable)
 
     def _prepare(self) -> None:
-        self._scale = sample_weight(self)
+        self._scale, self._next = sample_weight(self), 0
+        for b in self.buckets:
+            b.reset()
         if self.find_unused_parameters:
             fill_unused(self)  # now: their buckets can start during backward
 
     def _reduce(self, name: str, p: torch.Tensor) -> None:
         bucket, slot = self._slots[name]
-        if name in bucket.ready:
-            raise RuntimeError(
-                f"BucketedDDP: {name} got a gradient, but forward's outputs "
-                f"do not lead to it: return every tensor the loss uses")
         _copy_scaled(p.grad, self._scale, slot)  # into the bucket
         bucket.ready.add(name)
         self._launch_ready()
 
-    def _complete(self) -> bool:
-        return all(b.complete for b in self.buckets)
-
-    def _missing(self) -> list[str]:
-        return [n for b in self.buckets for n in b.names if n not in b.ready]
-
     def _launch_ready(self) -> None:
         """Start every complete bucket whose predecessors have all started."""
-        while (self._next < len(self.buckets)
-               and self.buckets[self._next].complete):
-            b = self.buckets[self._next]
+        for b in self.buckets[self._next:]:  # in index order, on every rank
+            if not b.complete:
+                return
             b.work = dist.all_reduce(b.buffer, async_op=True)
-            self._next += 1
-            self.allreduces += 1
+            self._next, self.allreduces = self._next + 1, self.allreduces + 1
 
     def _average(self) -> None:
         """Wait, and copy the averages into ``.grad`` of every parameter some rank used."""
@@ -156,11 +146,11 @@ class BucketedDDP(NaiveDDP):
         for b in self.buckets[: self._next]:
             b.work.wait()
 
-    def _new_step(self) -> None:
-        super()._new_step()
-        self._next, self._reachable = 0, set()
-        for b in getattr(self, "buckets", []):  # none in NaiveDDP.__init__
-            b.ready, b.work = set(), None
+
+def note_reachable(net: BucketedDDP, args, out) -> None:
+    """Forward hook: note the parameters that backward can reach from ``out``."""
+    if net._pending:
+        net._reachable |= reachable_parameters(out)
 
 
 def fill_unused(net: BucketedDDP) -> None:
@@ -175,6 +165,7 @@ def fill_unused(net: BucketedDDP) -> None:
             if id(p) not in net._reachable:
                 _copy_scaled(p.grad, net._scale, slot)
                 b.ready.add(name)
+                net._filled.add(name)  # ready, with no gradient of this pass
     net._launch_ready()
 
 

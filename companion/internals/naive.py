@@ -40,13 +40,14 @@ Two things are shared by every step:
   torch's DDP. Under ``no_sync`` the accumulated gradient must be the mean
   over this rank's samples since the last synchronised step (divide each
   micro-batch's loss by the number of micro-batches when they are equal).
+  Every forward pass with autograd on counts its samples, an output that is
+  computed and ignored included: keep such passes under ``torch.no_grad()``.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
 from collections.abc import Iterator
-from typing import NoReturn
 
 import torch
 import torch.distributed as dist
@@ -56,9 +57,9 @@ from torch.autograd import Variable
 from ..collectives.partition import average_gradients
 from ..core.checks import check_instance, check_module
 from ..runtime.agree import check_ranks_agree
-from ..ddp.unused import UnusedParameters
 from ..runtime.checkpoint import register_wrapper
 from .lifetime import hook_parameters, in_backward
+from .steps import StepBookkeeping, check_trainable, unused_error
 
 __all__ = [
     "broadcast_state",
@@ -94,7 +95,7 @@ def trainable_parameters(net: nn.Module) -> list[tuple[str, nn.Parameter]]:
     return [(name, p) for name, p in net.named_parameters() if p.requires_grad]
 
 
-class NaiveDDP(nn.Module):
+class NaiveDDP(StepBookkeeping, nn.Module):
     """Data parallelism by hand: ``finish()`` all-reduces each gradient after backward.
 
     Use it like torch's DDP: ``loss.backward()`` ends with ``finish()``.
@@ -111,7 +112,7 @@ class NaiveDDP(nn.Module):
         self.module, self.weigh_by_samples = module, weigh_by_samples
         self.allreduces = 0
         check_ranks_agree(module, {"weigh_by_samples": weigh_by_samples}, name)
-        self._params = _check_trainable(trainable_parameters(module))
+        self._params = check_trainable(trainable_parameters(module))
         self._drop_in = finish_in_backward and can_finish_in_backward()
         self._sync_enabled, self._released = True, False
         self._new_step()
@@ -123,30 +124,6 @@ class NaiveDDP(nn.Module):
         if torch.is_grad_enabled() and not in_backward():
             self._begin(args[0] if args else None)
         return self.module(*args, **kwargs)
-
-    def _begin(self, X) -> None:
-        """A forward pass: communicate in the backward that follows, or accumulate."""
-        if self._pending and self._ready and not self._complete():
-            self._give_up()  # the last backward missed some: name them
-        self._samples += _check_step(self, X)
-        self._pending = self._sync_enabled  # decided now, as torch's DDP does
-        self._accumulating |= not self._pending
-
-    def _on_grad(self, name: str, p: torch.Tensor) -> None:
-        """A parameter's gradient is complete for this backward pass."""
-        if not self._pending:
-            if self._accumulating:
-                self._used.add(name)  # no_sync(): the gradient stays local
-            return
-        if name in self._ready:
-            raise RuntimeError(_twice(name, type(self).__name__))
-        if not self._ready:
-            self._prepare()  # the first gradient of a synchronised backward
-        self._ready.add(name)
-        self._reduce(name, p)
-        if self._drop_in and self._complete() and not self._queued:
-            self._queued = True  # finish once this backward has ended
-            Variable._execution_engine.queue_callback(self.finish)
 
     @contextmanager
     def no_sync(self) -> Iterator[None]:
@@ -171,38 +148,6 @@ class NaiveDDP(nn.Module):
         average_gradients(self.module, "dist.all_reduce", n_local=n_local)
         grads = [p for p in self.module.parameters() if p.grad is not None]
         self.allreduces += len(grads)
-
-    def _prepare(self) -> None:
-        """The first gradient of a synchronised backward; the later steps set up their state."""
-
-    def _reduce(self, name: str, p: torch.Tensor) -> None:
-        """A gradient is ready; the later steps start communicating it at once."""
-
-    def _complete(self) -> bool:
-        return len(self._ready) == len(self._params)
-
-    def _missing(self) -> list[str]:
-        return [name for name, _ in self._params if name not in self._ready]
-
-    def _wait_started(self) -> None:
-        """Wait for communication already started (the later steps have some)."""
-
-    def _new_step(self) -> None:
-        self._samples, self._ready, self._used = 0, set(), set()
-        self._pending = self._queued = self._accumulating = False
-
-    def _give_up(self) -> NoReturn:
-        """Some parameters never got a gradient: end the step and name them."""
-        missing = self._missing()
-        self._wait_started()  # no collective is left half done
-        self._new_step()
-        raise unused_error(missing, type(self).__name__)
-
-    def release(self) -> None:
-        """Remove this wrapper's hooks (a newer wrapper over the same module calls it)."""
-        for handle in self._handles:
-            handle.remove()
-        self._released = True
 
 
 register_wrapper(NaiveDDP)  # unwrap() and checkpoints see the model inside, as with torch's DDP
@@ -234,60 +179,3 @@ def _check(module: nn.Module, name: str, **flags: bool) -> None:
             f"{name} needs a process group: create it inside a worker started by "
             f"companion.runtime.launch (or torchrun), then wrap the model"
         )
-
-
-def _check_step(ddp: NaiveDDP, X) -> int:
-    """The samples ``X`` adds to this step's count; refuses what would drift in silence.
-
-    In the fallback (``finish_in_backward=False``) a synchronised forward pass
-    begins a step and ``finish()`` ends it: a forward pass in between means
-    ``finish()`` was skipped, and without it the gradients stay local.
-    """
-    name = type(ddp).__name__
-    if ddp._released:
-        raise RuntimeError(
-            f"{name}: a newer wrapper over the same module replaced this one and its "
-            f"hooks are gone: use the newer wrapper"
-        )
-    if ddp._pending and not ddp._drop_in:
-        raise RuntimeError(
-            f"{name}: a forward pass began a new step before finish() ended "
-            f"the last one: call net.finish() after loss.backward() and before "
-            f"optimizer.step(), or the replicas drift apart"
-        )
-    if isinstance(X, torch.Tensor) and X.dim() > 0:
-        return len(X)
-    if ddp.weigh_by_samples:
-        raise TypeError(
-            f"weigh_by_samples counts the samples of forward's first argument, a tensor "
-            f"with one row per sample; got {type(X).__name__}: pass the input tensor "
-            f"first, or weigh_by_samples=False"
-        )
-    return 0
-
-
-def _check_trainable(named: list) -> list:
-    if not named:
-        raise ValueError(
-            "the module has no trainable parameters: nothing to all-reduce (torch's DDP "
-            "refuses it too); train it without a wrapper"
-        )
-    return named
-
-
-def _twice(name: str, wrapper: str) -> str:
-    return (
-        f"{wrapper}: parameter {name} got a second gradient in one synchronised step "
-        f"(two backward passes through it). Torch's DDP refuses this too: add the losses "
-        f"and call backward once"
-    )
-
-
-def unused_error(names: list[str], wrapper: str) -> UnusedParameters:
-    """The error for parameters that got no gradient, saying what to do."""
-    return UnusedParameters(
-        f"{wrapper}: parameter(s) {', '.join(names)} got no gradient in the last "
-        f"synchronised step (forward did not use them), so their all-reduce never "
-        f"started. Freeze them (p.requires_grad_(False)), remove them, or use "
-        f"BucketedDDP(..., find_unused_parameters=True)"
-    )

@@ -90,12 +90,14 @@ def accumulation_step(
     pieces = list(zip(X.tensor_split(micro_batches), y.tensor_split(micro_batches)))
     total = torch.zeros((), device=X.device)
     mode = mode or MathMode("fp32", X.device)
+    finish = getattr(net, "finish", lambda: None)  # torch's DDP has none
     for i, (X_i, y_i) in enumerate(pieces):
         local = no_sync and i < len(pieces) - 1
         with net.no_sync() if local else nullcontext():
             with mode.autocast():
                 loss = loss_fn(net(mode.layout(X_i)), y_i) * (len(y_i) / len(y))
-            mode.backward(loss)  # the wrapper's finish() runs at its end
+            mode.backward(loss)  # the wrapper's finish() runs at its end ...
+        finish()  # ... or here, with finish_in_backward=False (a second call does nothing)
         total += loss.detach().float()
     mode.step(optimizer)
     return total

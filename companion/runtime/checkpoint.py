@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
 from ..core.files import atomic_write
@@ -84,7 +85,13 @@ def save_checkpoint(net: nn.Module, path: str | Path) -> Path:
     The tensors are copied to the CPU first, so the file loads anywhere.
     Call it on one rank only.
     """
-    state = {k: v.detach().cpu() for k, v in unwrap(net).state_dict().items()}
+    state = unwrap(net).state_dict()  # ZeRO-3 refuses here: no rank holds it whole
+    if any(isinstance(v, DTensor) for v in state.values()):
+        raise ValueError(
+            "save_checkpoint: this model's parameters are sharded by FSDP2 (DTensors): "
+            "save them with companion.sharding.save_sharded, called on every rank"
+        )
+    state = {k: v.detach().cpu() for k, v in state.items()}
     return atomic_write(path, lambda f: torch.save(state, f))
 
 

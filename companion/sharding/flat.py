@@ -13,7 +13,8 @@ The padding is never trained: its gradient is always zero.
 
 :class:`FlatShards` holds that layout for a list of parameters: where each
 one sits in the flat vector (:meth:`~FlatShards.views`), this rank's slice
-of it, and the flat gradient with zeros where a parameter got none.
+of it and each parameter's part of that slice (:meth:`~FlatShards.pieces`),
+and the flat gradient with zeros where a parameter got none.
 """
 
 from __future__ import annotations
@@ -75,6 +76,18 @@ class FlatShards:
     def shard(self, flat: torch.Tensor) -> torch.Tensor:
         """This rank's slice of ``flat`` (a view)."""
         return flat[self.lo : self.lo + self.shard_numel]
+
+    def pieces(self) -> list[tuple[int, slice]]:
+        """``(i, where)`` for each parameter ``i`` with numbers in this rank's shard:
+        ``shard[where]`` is its part (a parameter may span several ranks; the
+        padding belongs to none)."""
+        out, start, hi = [], 0, self.lo + self.shard_numel
+        for i, size in enumerate(self.sizes):
+            a, b = max(start, self.lo), min(start + size, hi)
+            if a < b:
+                out.append((i, slice(a - self.lo, b - self.lo)))
+            start += size
+        return out
 
     def flat_grad(self) -> torch.Tensor:
         """The parameters' gradients, flat and padded; zeros where ``.grad`` is ``None``."""

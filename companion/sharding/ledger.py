@@ -17,7 +17,9 @@ in chapter 3's terms (messages, bytes):
 
 So per step with ``psi`` parameters of ``b`` bytes: DDP ``2 (N-1)/N * b psi``;
 ZeRO-1 and ZeRO-2 the same (reduce-scatter + all-gather); ZeRO-3 one more
-all-gather, ``1.5`` times as much (:func:`expected_bytes`).
+all-gather, ``1.5`` times as much (:func:`expected_bytes`). The hand-written
+stages add one all-reduce of a 4-byte flag per parameter tensor (which
+parameters got a gradient on some rank), a few hundred bytes at most.
 :meth:`Ledger.seconds` prices the ledger with a fitted ``(alpha, beta)``.
 """
 
@@ -113,10 +115,15 @@ def count_bytes() -> Iterator[Ledger]:
             setattr(dist, name, real)
 
 
-def expected_bytes(method: str, param_bytes: int, world_size: int) -> float:
-    """What one step of ``method`` sends per rank, by the formulas above."""
+def expected_bytes(method: str, param_bytes: int, world_size: int, tensors: int = 0) -> float:
+    """What one step of ``method`` sends per rank, by the formulas above.
+
+    ``tensors``: the parameter tensors of the hand-written stages, whose flags
+    (one ``float32`` each) they all-reduce; 0 for DDP and torch's FSDP2.
+    """
     n = check_int(world_size, "world_size")
+    check_int(tensors, "tensors", 0)
     ring = (n - 1) / n * param_bytes  # one half of an all-reduce
     halves = {"DDP": 2, "ZeRO-1": 2, "ZeRO-2": 2, "ZeRO-3": 3}
     check_choice(method, "method", list(halves))
-    return halves[method] * ring
+    return halves[method] * ring + 2 * (n - 1) / n * 4 * tensors

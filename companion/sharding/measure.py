@@ -56,7 +56,8 @@ def state_worker(
     rank: int, world_size: int, methods=METHODS, width: int = 24, depth: int = 3,
     precision: str = "fp32", batch: int = 8,
 ) -> dict[str, dict[str, Any]]:
-    """Worker: ``{method: {"calls", "state", "peak", "psi"}}`` of one measured step."""
+    """Worker: ``{method: {"calls", "state", "peak", "psi", "tensors"}}`` of one measured step
+    (``tensors``: the trainable parameter tensors)."""
     device = rank_device()
     mode = MathMode(precision, device)
     X, y = _batch(batch, device)
@@ -79,7 +80,9 @@ def state_worker(
                 hook.remove()
             opt.zero_grad()
         peak = max(samples + [state["total"]])
-        out[method] = {"calls": ledger.calls, "state": state, "peak": peak, "psi": psi}
+        tensors = sum(1 for p in net.parameters() if p.requires_grad)
+        out[method] = {"calls": ledger.calls, "state": state, "peak": peak, "psi": psi,
+                       "tensors": tensors}
     return out
 
 

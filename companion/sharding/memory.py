@@ -38,6 +38,7 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from ..core.checks import check_choice, check_int, check_module, check_positive
+from .zero3 import is_placeholder
 
 __all__ = ["BYTES_PER_PARAMETER", "formula_bytes", "measure_state", "fits", "plot_memory"]
 
@@ -74,8 +75,8 @@ def _storage_bytes(tensors) -> int:
     """Bytes of the distinct storages behind ``tensors`` (``None`` skipped)."""
     seen: dict[int, int] = {}
     for t in tensors:
-        if t is not None:
-            s = _local(t).untyped_storage()
+        if t is not None and not is_placeholder(t := _local(t)):
+            s = t.untyped_storage()
             if s.nbytes():
                 seen[s.data_ptr()] = s.nbytes()
     return sum(seen.values())

@@ -17,17 +17,26 @@ shard only*, so its state is ``1/N`` of the whole. One step:
 4. ``all_gather_single`` sends every updated shard to every rank: the
    second half of the all-reduce. The parameters are whole again.
 
-So ZeRO-1 sends the same bytes as DDP's all-reduce. It is a drop-in
-optimizer: ``loss.backward(); optimizer.step(); optimizer.zero_grad()``.
+So ZeRO-1 sends the same bytes as DDP's all-reduce, plus one all-reduce of
+a flag per parameter tensor: a parameter that got no gradient on any rank
+(one that forward did not use) is left alone, weight decay and momentum
+included, as torch's optimizer leaves a parameter whose ``.grad`` is
+``None``. The inner optimizer therefore holds one leaf view per parameter,
+its part of this rank's shard (``ShardedOptimizer._step_pieces``). It is
+a drop-in optimizer: ``loss.backward(); optimizer.step();
+optimizer.zero_grad()``, and ``zero_grad()`` drops every gradient of the
+step, those the later stages reduced during backward included.
 Every rank counts equally in the average (``1/N``), as in torch's DDP; with
 uneven local batches, weigh each rank's loss by its share of the samples.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from ..core.compat import all_gather_single, reduce_scatter_single
@@ -38,6 +47,8 @@ from ..runtime.agree import check_ranks_agree
 from .flat import FlatShards, check_sharding_group
 
 __all__ = ["ShardedOptimizer", "Zero1", "check_precision"]
+
+_SHARDED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its stage
 
 
 def check_precision(mode: MathMode | None, name: str) -> MathMode | None:
@@ -63,6 +74,11 @@ class ShardedOptimizer:
         **defaults: Any,
     ):
         check_module(net, "net")
+        if net in _SHARDED:
+            raise ValueError(
+                f"{name}: this model is already sharded by {_SHARDED[net]} (a cell run twice?): "
+                f"build a fresh model and shard that"
+            )
         if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
             raise TypeError(
                 f"{name}: optimizer_class must be a torch.optim.Optimizer class such as "
@@ -73,13 +89,38 @@ class ShardedOptimizer:
         self.named = trainable_parameters(net)
         if not self.named:
             raise ValueError(f"{name}: the model has no trainable parameters: nothing to shard")
+        self._index = {id(p): j for j, (_, p) in enumerate(self.named)}
+        self._got: set[int] = set()  # parameters that got a gradient since zero_grad()
         settings = {"optimizer": optimizer_class.__name__, **(layout or {}), **defaults}
         check_ranks_agree(net, settings, name)  # the same layout and settings on every rank
+        _SHARDED[net] = name
 
-    def _make_inner(self, shards: list[torch.Tensor]) -> None:
-        """The real optimizer, over this rank's shards (leaf tensors sharing their storage)."""
-        self.shard_params = [nn.Parameter(s, requires_grad=True) for s in shards]
+    def _make_inner(self, layouts: list[FlatShards], shards: list[torch.Tensor]) -> None:
+        """The real optimizer, over this rank's part of each parameter: leaf views of
+        its shards, one per parameter, so that one without a gradient can be skipped."""
+        self.pieces = [
+            (self._index[id(layout.params[i])], k, where, nn.Parameter(shard[where]))
+            for k, (layout, shard) in enumerate(zip(layouts, shards))
+            for i, where in layout.pieces()
+        ]
+        self.shard_params = [piece for *_, piece in self.pieces]
+        if not self.shard_params:  # this rank's shards are all padding (a tiny model)
+            self.shard_params = [nn.Parameter(shards[0][:0])]
         self.inner = self.optimizer_class(self.shard_params, **self.defaults)
+
+    def _step_pieces(self, grads: list[torch.Tensor], got: set[int]) -> None:
+        """Step the pieces of every parameter that got a gradient on some rank.
+
+        ``grads[k]``: this rank's shard of the averaged gradient of layout ``k``.
+        A parameter that got none on any rank keeps ``.grad = None`` and is left
+        alone, weight decay and momentum included, as torch's optimizer leaves it.
+        """
+        flags = torch.zeros(len(self.named), device=grads[0].device)
+        flags[list(got)] = 1.0
+        dist.all_reduce(flags)  # one number per parameter: used on some rank?
+        for j, k, where, piece in self.pieces:
+            piece.grad = grads[k][where] if flags[j] > 0 else None
+        self.inner.step()
 
     @property
     def param_groups(self) -> list[dict]:
@@ -90,11 +131,18 @@ class ShardedOptimizer:
         return self.inner.state
 
     def zero_grad(self, set_to_none: bool = True) -> None:
+        """As torch's: this step's gradients are gone, those reduced in backward too."""
+        self._discard_reduced()
+        if set_to_none:  # else every parameter with a gradient keeps a zero one
+            self._got = set()
         for p in [*self.net.parameters(), *self.shard_params]:
             if set_to_none:
                 p.grad = None
             elif p.grad is not None:
                 p.grad.zero_()
+
+    def _discard_reduced(self) -> None:
+        """Drop the gradient shards reduced during backward (the later stages have some)."""
 
 
 class Zero1(ShardedOptimizer):
@@ -108,15 +156,17 @@ class Zero1(ShardedOptimizer):
         self.flat = self.layout.flatten([p.detach() for p in params])
         for p, view in zip(params, self.layout.views(self.flat)):
             p.data = view  # the parameters now live in the flat buffer
-        self._make_inner([self.layout.shard(self.flat)])
+        self._make_inner([self.layout], [self.layout.shard(self.flat)])
 
     @torch.no_grad()
     def step(self) -> None:
+        got = {j for j, (_, p) in enumerate(self.named) if p.grad is not None}
         grad = self.layout.flat_grad().div_(self.world_size)  # zeros for unused ones
-        shard = self.shard_params[0]
-        shard.grad = torch.empty_like(shard)
-        reduce_scatter_single(shard.grad, grad)  # average, keep my shard
+        mine = torch.empty_like(self.layout.shard(self.flat))
+        reduce_scatter_single(mine, grad)  # average, keep my shard
         del grad
-        self.inner.step()  # my shard of the parameters, my shard of the state
-        shard.grad = None
-        all_gather_single(self.flat, shard.detach().clone())  # whole again
+        self._step_pieces([mine], got)  # my shard of the parameters and state
+        for piece in self.shard_params:
+            piece.grad = None  # the whole gradients stay until zero_grad()
+        shard = self.layout.shard(self.flat)
+        all_gather_single(self.flat, shard.clone())  # whole again

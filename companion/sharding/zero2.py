@@ -15,8 +15,9 @@ reduce-scatter is done: what stays is the shard, ``4 * psi / N`` bytes.
 
 ``optimizer.step()`` finishes what backward left: a bucket with a parameter
 that forward did not use is launched with zeros in its place (on every rank,
-in bucket order), then each rank steps its shards and all-gathers them, as
-in ZeRO-1. Same bytes as DDP: a reduce-scatter plus an all-gather.
+in bucket order), then each rank steps its pieces of the parameters that got
+a gradient somewhere and all-gathers its shards, as in ZeRO-1. Same bytes as
+DDP, a reduce-scatter plus an all-gather, and ZeRO-1's flags.
 """
 
 from __future__ import annotations
@@ -53,6 +54,18 @@ class GradBucket:
             self.grad = self.layout.empty()
         return self.layout.views(self.grad)[i]
 
+    def reduced(self) -> torch.Tensor:
+        """This rank's shard of the summed gradients reduced so far (zeros if none)."""
+        total = None
+        for work, out in self.pending:
+            work.wait()
+            total = out if total is None else total.add_(out)
+        self.pending = []
+        if total is None:
+            total = torch.zeros(self.layout.shard_numel, dtype=self.layout.dtype,
+                                device=self.layout.device)
+        return total
+
     def launch(self) -> None:
         """Start the reduce-scatter of this bucket (zeros where no gradient came)."""
         grad = self.grad if self.grad is not None else self.layout.empty()
@@ -80,12 +93,14 @@ class Zero2(ShardedOptimizer):
         for bucket in self.buckets:
             for i, p in enumerate(bucket.layout.params):
                 p.register_post_accumulate_grad_hook(partial(self._hook, bucket, i))
-        self._make_inner([b.layout.shard(b.flat) for b in self.buckets])
+        self._make_inner([b.layout for b in self.buckets],
+                         [b.layout.shard(b.flat) for b in self.buckets])
 
     @torch.no_grad()
     def _hook(self, bucket: GradBucket, i: int, p: nn.Parameter) -> None:
         torch.mul(p.grad, 1.0 / self.world_size, out=bucket.slot(i))
         p.grad = None  # the whole gradient is not kept
+        self._got.add(self._index[id(p)])
         bucket.ready.add(i)
         self._launch_ready(flush=False)
 
@@ -104,11 +119,13 @@ class Zero2(ShardedOptimizer):
         started = any(b.pending for b in self.buckets)
         if self._next or any(b.ready for b in self.buckets) or not started:
             self._launch_ready(flush=True)  # unused parameters: zeros, same order everywhere
-        for b, shard in zip(self.buckets, self.shard_params):
-            for work, out in b.pending:
-                work.wait()
-                shard.grad = out if shard.grad is None else shard.grad.add_(out)
-            b.pending = []
-        self.inner.step()
-        for b, shard in zip(self.buckets, self.shard_params):
-            all_gather_single(b.flat, shard.detach().clone())
+        grads = [b.reduced() for b in self.buckets]
+        self._step_pieces(grads, self._got)
+        for b in self.buckets:
+            all_gather_single(b.flat, b.layout.shard(b.flat).clone())
+
+    def _discard_reduced(self) -> None:
+        for b in self.buckets:
+            b.reduced()  # waited for, and dropped
+            b.grad, b.ready = None, set()
+        self._next = 0

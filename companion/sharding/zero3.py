@@ -22,7 +22,7 @@ life in one step:
 The root unit is gathered once per step and freed after backward, as
 FSDP2 does for its root. ``optimizer.step()`` waits, launches any unit whose
 gradients were incomplete (an unused parameter: zeros), and steps the
-shards. Bytes: an all-gather in forward and another in backward, plus a
+pieces of the parameters that got a gradient on some rank (ZeRO-1's flags). Bytes: an all-gather in forward and another in backward, plus a
 reduce-scatter: 1.5 times DDP's all-reduce. With ``prefetch=True`` the
 gather of the next unit (next in forward order, or in backward order)
 starts while the current one computes. Frozen parameters are not sharded.
@@ -64,6 +64,23 @@ def default_units(net: nn.Module) -> list[nn.Module]:
     ]
 
 
+_NAN: dict[tuple, torch.Tensor] = {}
+
+
+def _placeholder(p: torch.Tensor) -> torch.Tensor:
+    """A freed parameter's stand-in: its shape, one shared NaN behind every number."""
+    key = (p.dtype, p.device)
+    if key not in _NAN:
+        _NAN[key] = torch.full((1,), float("nan"), dtype=p.dtype, device=p.device)
+    return _NAN[key].expand(p.shape)
+
+
+def is_placeholder(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a freed ZeRO-3 parameter's stand-in (it holds no memory of its own)."""
+    ptr = t.untyped_storage().data_ptr()
+    return any(ptr == nan.untyped_storage().data_ptr() for nan in _NAN.values())
+
+
 class Unit:
     """One unit's flat buffer (gathered or freed), its shard, its gradient buffer."""
 
@@ -89,15 +106,19 @@ class Unit:
         return self.work
 
     def wait(self) -> None:
-        """Wait for the gather in flight, if any."""
+        """Wait for the gather in flight, if any; the parameters are whole again."""
         if self.work is not None:
             self.work.wait()
             self.work, self.gathered = None, True
+            for p, view in zip(self.layout.params, self.layout.views(self.full)):
+                p.data = view
 
     def free(self) -> None:
         self.wait()  # never free a buffer a collective is still writing
         self.full.untyped_storage().resize_(0)
         self.gathered = False
+        for p in self.layout.params:  # NaN stands in: no read of freed memory
+            p.data = _placeholder(p)
 
 
 class Zero3(ShardedOptimizer):
@@ -124,9 +145,10 @@ class Zero3(ShardedOptimizer):
             for i, p in enumerate(unit.layout.params):
                 p.register_post_accumulate_grad_hook(partial(self._grad_ready, unit, i))
         net.register_forward_pre_hook(self._root_pre_forward)
+        net.register_state_dict_pre_hook(self._refuse_state_dict)
         for unit in self.units:
             unit.free()
-        self._make_inner([u.shard for u in self.units])
+        self._make_inner([u.layout for u in self.units], [u.shard for u in self.units])
 
     def _build_units(self, units):
         modules = default_units(self.net) if units is None else list(units)
@@ -146,6 +168,15 @@ class Zero3(ShardedOptimizer):
             built.append(Unit("root", rest, self.world_size, self.rank))
             kept.append(None)
         return built, kept
+
+    def _refuse_state_dict(self, module, prefix, keep_vars) -> None:
+        if any(not unit.gathered for unit in self.units):
+            raise RuntimeError(
+                "Zero3: between steps each rank holds only its shard of the parameters "
+                "(the model's own tensors hold NaN): call optimizer.full_parameters() on "
+                "every rank for the whole values, or use FSDP2 with save_sharded for a "
+                "checkpoint"
+            )
 
     def _gather(self, unit: Unit) -> None:
         start = time.perf_counter()
@@ -207,6 +238,7 @@ class Zero3(ShardedOptimizer):
             unit.grad = unit.layout.empty()
         torch.mul(p.grad, 1.0 / self.world_size, out=unit.layout.views(unit.grad)[i])
         p.grad = None
+        self._got.add(self._index[id(p)])
         unit.ready.add(i)
         if len(unit.ready) == len(unit.layout.params):
             self._reduce_scatter(unit)
@@ -226,14 +258,24 @@ class Zero3(ShardedOptimizer):
         for unit in self.units:  # unused parameters: zeros, in unit order on every rank
             if unit.ready or not unit.pending:
                 self._reduce_scatter(unit)
-        for unit, shard in zip(self.units, self.shard_params):
-            for work, out in unit.pending:
-                work.wait()
-                self._unfinished.pop(work, lambda: None)()
-                shard.grad = out if shard.grad is None else shard.grad.add_(out)
-            unit.pending = []
-            unit.free()
-        self.inner.step()
+        grads = [self._reduced(unit) for unit in self.units]
+        self._step_pieces(grads, self._got)
+
+    def _reduced(self, unit: Unit) -> torch.Tensor:
+        """This rank's shard of the unit's summed gradients (zeros if none); frees it."""
+        total = torch.zeros_like(unit.shard)
+        for work, out in unit.pending:
+            work.wait()
+            self._unfinished.pop(work, lambda: None)()
+            total.add_(out)
+        unit.pending = []
+        unit.free()
+        return total
+
+    def _discard_reduced(self) -> None:
+        for unit in self.units:
+            self._reduced(unit)  # waited for, and dropped
+            unit.grad, unit.ready = None, set()
 
     @torch.no_grad()
     def full_parameters(self) -> list[torch.Tensor]:

@@ -54,6 +54,16 @@ def test_naive_accumulation_communicates_once_per_tensor_per_step(runs, world_si
     assert MICRO > 1
 
 
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("no_sync", [True, False])
+@pytest.mark.parametrize("variant", ["NaiveDDP", "HookedDDP", "BucketedDDP"])
+def test_accumulation_step_drives_the_explicit_finish_fallback(runs, world_size, no_sync, variant):
+    """Issue 42 item 7: with finish_in_backward=False, accumulation_step calls finish()."""
+    batches, results = runs
+    for out in results[world_size]:
+        assert_same(out["accumulation"][variant, no_sync, "explicit"], reference(batches, unused=False)[1])
+
+
 def test_trainable_parameters_leave_out_frozen_ones_and_count_tied_ones_once():
     names = [name for name, _ in trainable_parameters(quirky())]
     assert names == ["unused", "embed.weight", "embed.bias", "body.weight", "body.bias",

@@ -114,6 +114,15 @@ def accumulate(rank, world_size, batches, micro_batches):
             accumulation_step(net, X, y, nn.CrossEntropyLoss(), opt, micro_batches, no_sync)
         buckets = len(net.buckets) if variant == "BucketedDDP" else None
         out[variant, no_sync] = (params_of(net), getattr(net, "allreduces", None), buckets)
+    for variant in ("NaiveDDP", "HookedDDP", "BucketedDDP"):  # the explicit-finish fallback
+        for no_sync in (True, False):
+            net = wrap(quirky(False), variant, bucket_cap_mb=0.001, finish_in_backward=False)
+            opt = torch.optim.SGD(net.parameters(), lr=LR)
+            per_rank = len(batches[0][1]) // world_size
+            for X, y in batches:
+                X, y = X[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
+                accumulation_step(net, X, y, nn.CrossEntropyLoss(), opt, micro_batches, no_sync)
+            out[variant, no_sync, "explicit"] = params_of(net)
     return out
 
 

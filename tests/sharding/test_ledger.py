@@ -5,6 +5,7 @@ import pytest
 from companion.sharding.ledger import Ledger, expected_bytes, ring_cost
 
 pytestmark = pytest.mark.ch9
+TENSORS = 8  # divisible_mlp: 4 Linear layers, a weight and a bias each
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
@@ -13,15 +14,19 @@ def test_each_method_sends_what_its_formula_says(measured, world_size):
         psi_bytes = 4 * run["DDP"]["psi"]
         sent = {m: Ledger(world_size, r["calls"]).sent() for m, r in run.items()}
         ddp = expected_bytes("DDP", psi_bytes, world_size)
+        flags = 2 * (world_size - 1) / world_size * 4 * TENSORS  # which tensors got a gradient
         assert sent["DDP"] == pytest.approx(ddp)
         for method in ("ZeRO-1", "ZeRO-2"):
-            assert sent[method] == pytest.approx(sent["DDP"]), (method, rank)
-        for method in ("ZeRO-3", "ZeRO-3 prefetch", "FSDP2"):
-            assert sent[method] == pytest.approx(1.5 * sent["DDP"]), (method, rank)
-            assert sent[method] == pytest.approx(expected_bytes("ZeRO-3", psi_bytes, world_size))
+            assert sent[method] == pytest.approx(sent["DDP"] + flags), (method, rank)
+            assert sent[method] == pytest.approx(expected_bytes(method, psi_bytes, world_size, TENSORS))
+        for method in ("ZeRO-3", "ZeRO-3 prefetch"):
+            assert sent[method] == pytest.approx(1.5 * sent["DDP"] + flags), (method, rank)
+            assert sent[method] == pytest.approx(expected_bytes("ZeRO-3", psi_bytes, world_size, TENSORS))
+        assert sent["FSDP2"] == pytest.approx(1.5 * sent["DDP"])
+        assert sent["FSDP2"] == pytest.approx(expected_bytes("ZeRO-3", psi_bytes, world_size))
         kinds = Ledger(world_size, run["ZeRO-3"]["calls"]).counts()
         layers = 4  # divisible_mlp's Linear layers: one gather each way and one reduce-scatter
-        assert kinds == {"all-gather": 2 * layers, "reduce-scatter": layers}
+        assert kinds == {"all-gather": 2 * layers, "reduce-scatter": layers, "all-reduce": 1}
 
 
 def test_ring_costs_and_the_price_of_a_ledger():

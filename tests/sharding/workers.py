@@ -24,3 +24,121 @@ def old_names_worker(rank, world_size, methods):
     finally:
         for name, real in hidden.items():
             setattr(dist, name, real)
+
+
+# Parameters that get no gradient in some steps (issue 42, items 1 and 4).
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+AWKWARD_STEPS = 4
+AWKWARD_OPTIMIZERS = {
+    "SGD": (torch.optim.SGD, {"lr": 0.1, "weight_decay": 0.05}),
+    "SGD momentum": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "weight_decay": 0.05}),
+    "Adam": (torch.optim.Adam, {"lr": 1e-2, "weight_decay": 0.05}),
+    "AdamW": (torch.optim.AdamW, {"lr": 1e-2, "weight_decay": 0.1}),
+}
+STAGES = ("ZeRO-1", "ZeRO-2", "ZeRO-3", "ZeRO-3 prefetch", "DDP", "FSDP2")  # torch's two too
+
+
+class Awkward(nn.Module):
+    """A parameter never used, a layer used in the first two steps only, a frozen layer, a
+    zero-size parameter, and sizes (52 trainable numbers in all) that 3 and 4 do not divide."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(5, 4), nn.Linear(4, 3)
+        self.early = nn.Linear(4, 3, bias=False)
+        self.frozen = nn.Linear(3, 3).requires_grad_(False)
+        self.never = nn.Parameter(torch.ones(5))
+        self.empty = nn.Parameter(torch.zeros(0))
+        self.double()
+
+    def forward(self, x, step: int):
+        h = torch.tanh(self.a(x))
+        out = self.b(h) + (self.early(h) if step < 2 else 0)
+        return self.frozen(out)
+
+
+def _awkward_batches(world_size):
+    g = torch.Generator().manual_seed(3)
+    return [torch.randn(7, 5, generator=g, dtype=torch.float64) for _ in range(AWKWARD_STEPS)]
+
+
+def _loss(net, x, step, rank, world_size):
+    """This rank's uneven share of ``x`` (7 samples); loss scaled so that the 1/N average
+    of the gradients is the gradient of the global mean."""
+    cuts = [len(x) * r // world_size for r in range(world_size + 1)]
+    mine = x[cuts[rank]:cuts[rank + 1]]
+    return net(mine, step).pow(2).sum() * world_size / len(x)
+
+
+def awkward_one_process(optimizer):
+    net = Awkward()
+    cls, hp = AWKWARD_OPTIMIZERS[optimizer]
+    opt = cls(net.parameters(), **hp)  # frozen and never-used ones included, as a reader would
+    for step, x in enumerate(_awkward_batches(1)):
+        opt.zero_grad()
+        _loss(net, x, step, 0, 1).backward()
+        opt.step()
+    return torch.cat([p.detach().reshape(-1) for p in net.parameters() if p.requires_grad])
+
+
+def awkward_worker(rank, world_size):
+    """Every stage and optimizer on Awkward: the parameters after the steps, and how far
+    ``step(); zero_grad(); step()`` and ``backward(); zero_grad(); step()`` moved them."""
+    from companion.sharding import shard
+    from companion.sharding.training import full_parameters
+
+    out = {}
+    for method in STAGES:
+        for optimizer, (cls, hp) in AWKWARD_OPTIMIZERS.items():
+            unused = {"find_unused_parameters": True} if method == "DDP" else {}
+            net, opt = shard(method, Awkward(), cls, **unused, **hp)
+            batches = _awkward_batches(world_size)
+            for step, x in enumerate(batches):
+                opt.zero_grad()
+                _loss(net, x, step, rank, world_size).backward()
+                opt.step()
+            trained = full_parameters(net, opt)
+            opt.zero_grad()
+            opt.step()  # no gradient at all: nothing moves
+            after_empty_step = full_parameters(net, opt)
+            _loss(net, batches[0], 5, rank, world_size).backward()
+            opt.zero_grad()  # the gradient is discarded ...
+            opt.step()  # ... so nothing moves
+            after_discarded = full_parameters(net, opt)
+            out[method, optimizer] = (trained, after_empty_step, after_discarded)
+    return out
+
+
+def reading_after_zero3(rank, world_size, tmp):
+    """Issue 42 items 2 and 3: what a notebook reader does with a sharded model after a step."""
+    from pathlib import Path
+
+    from companion.runtime.checkpoint import save_checkpoint
+    from companion.sharding import shard
+
+    seen = {}
+    net, opt = shard("ZeRO-3", Awkward(), torch.optim.SGD, lr=0.1)
+    _loss(net, _awkward_batches(world_size)[0], 0, rank, world_size).backward()
+    opt.step()
+    seen["sum"] = float(net.a.weight.sum())  # NaN, not a crash
+    seen["whole"] = opt.full_parameters()[2].shape  # a.weight (after never, empty), gathered
+    for name, call in (("state_dict", net.state_dict),
+                       ("save_checkpoint", lambda: save_checkpoint(net, Path(tmp) / f"z{rank}.pt")),
+                       ("shard again", lambda: shard("ZeRO-3", net, torch.optim.SGD, lr=0.1))):
+        try:
+            call()
+            seen[name] = "accepted"
+        except (RuntimeError, ValueError) as err:
+            seen[name] = str(err)
+    seen["file written"] = (Path(tmp) / f"z{rank}.pt").exists()
+    fsdp, _ = shard("FSDP2", Awkward(), torch.optim.SGD, lr=0.1)
+    try:
+        save_checkpoint(fsdp, Path(tmp) / f"f{rank}.pt")
+        seen["fsdp2 save_checkpoint"] = "accepted"
+    except ValueError as err:
+        seen["fsdp2 save_checkpoint"] = str(err)
+    return seen
