@@ -95,3 +95,17 @@ def test_ignored_outputs_give_a_reason_in_metadata_not_in_the_code(nb_path):
         if "nbval-ignore-output" in cell["metadata"].get("tags", []):
             reason = cell["metadata"].get("nbval-ignore-reason", "")
             assert len(reason) > 10, f"say why this output may vary: {src[:80]}"
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_long_inputs_and_outputs_are_folded_on_the_page(nb_path):
+    """A code cell over 50 lines (the import cells) is folded (tag hide-input), and so is an
+    output over 50 lines (chapter 8's YAML manifests, tag hide-output): a reader scrolls past
+    neither. Listings from show() are kept under 50 lines by test_listings_in_book.py."""
+    for i, cell in enumerate(code_cells(load(nb_path))):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if len("".join(cell["source"]).splitlines()) > 50:
+            assert "hide-input" in tags, f"cell {i}: over 50 lines of code, not folded"
+        for out in cell.get("outputs", []):
+            if len("".join(out.get("text", "")).splitlines()) > 50:
+                assert "hide-output" in tags, f"cell {i}: an output over 50 lines, not folded"
