@@ -239,6 +239,7 @@ def load_data(
             f"unknown data set {name!r}; choose 'fashion-mnist', 'mnist-sample' "
             f"or 'synthetic'"
         )
-    if verbose:
-        say(f"data: {data!r}")
+    if verbose:  # name and sizes on two lines: each fits the book's code column
+        say(f"data: {data.name}")
+        say(f"      {repr(data)[len(data.name) + 2:]}")
     return data

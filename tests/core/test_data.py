@@ -58,7 +58,7 @@ def test_fashion_mnist_reads_torchvision_raw_layout_offline(tiny_fashion_root, c
     assert X.shape == (1, 28, 28) and int(y) == 3 and d.classes[0] == "t-shirt"
     # The same files through load_data, which prints what is in use.
     d2 = load_data("fashion-mnist", root=tiny_fashion_root, download=False)
-    assert "data: Fashion-MNIST: 12 training and 5 test images" in capsys.readouterr().out
+    assert "data: Fashion-MNIST\n      12 training and 5 test images" in capsys.readouterr().out
     assert torch.equal(d2.test.images, d.test.images)
 
 

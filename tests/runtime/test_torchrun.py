@@ -50,9 +50,10 @@ def test_torchrun_trains_with_two_processes_logs_and_checkpoints(tmp_path):
                            f"--log-dir {logs} --checkpoint {ckpt}")
     lines = run.stdout.splitlines()
     assert lines[0].startswith("data: MNIST offline sample")
-    assert lines[1] == "DDP: 2 processes (gloo), model lenet, global batch 2 x 32, lr 0.1"
-    assert [line.split(":")[0] for line in lines[2:4]] == ["epoch 1/2", "epoch 2/2"]
-    assert lines[4] == "detectors: replicas identical, shares disjoint, a new order every epoch"
+    assert lines[1].startswith("      4,000 training and 1,000 test images")
+    assert lines[2] == "DDP: 2 processes (gloo), model lenet, global batch 2 x 32, lr 0.1"
+    assert [line.split(":")[0] for line in lines[3:5]] == ["epoch 1/2", "epoch 2/2"]
+    assert lines[5] == "detectors: replicas identical, shares disjoint, a new order every epoch"
     assert "Warning" not in run.stderr and "warn" not in run.stderr.lower()
     net = load_checkpoint(get_model("lenet"), ckpt)  # a plain model loads rank 0's checkpoint
     assert isinstance(net, torch.nn.Sequential)
