@@ -1,16 +1,41 @@
 """Bad input to chapter 9's public functions gets a clear error naming the argument, the
-value and what to do (the pattern of tests/test_bad_input.py). Every row runs in this process
-without a process group: the checks come before any collective."""
+value and what to do (the pattern of tests/test_bad_input.py). Every row runs in this process,
+without a process group (the checks come before any collective) or, where the refusal needs a
+sharded model, in a one-process group with an in-memory store."""
 import pytest
 import torch
 from torch import nn
 
+import companion.runtime as rt
 import companion.sharding as sh
 from companion.core import MathMode
 
 LIN = nn.Linear(3, 2)
 FP16 = MathMode("fp16", "cpu")
 
+
+
+def in_group(call):
+    """``call()`` inside a one-process gloo group, ended afterwards."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        return call()
+    finally:
+        dist.destroy_process_group()
+
+
+def sharded_twice(first, second):
+    net = nn.Sequential(nn.Linear(3, 2))
+    first(net, torch.optim.SGD, lr=0.1)
+    second(net, torch.optim.SGD, lr=0.1)  # a notebook cell run twice
+
+
+def zero3_then(read):
+    net = nn.Sequential(nn.Linear(3, 2))
+    sh.Zero3(net, torch.optim.SGD, lr=0.1)  # the units are freed at once
+    read(net)
 
 
 def bench_cli(option, value):
@@ -68,6 +93,10 @@ CASES = [
     ("sharding.record_zero3_step without a group", lambda t: sh.record_zero3_step(0, 2, True), RuntimeError, r"no process group: call rank_device\(\) inside a worker started by launch\(\)"),
     ("sharding.save_sharded without a group", lambda t: sh.save_sharded(LIN, torch.optim.SGD(LIN.parameters(), lr=1), t / "ckpt"), RuntimeError, r"save_sharded needs a process group"),
     ("sharding.train_sharded without a group", lambda t: sh.train_sharded(None, "ci"), RuntimeError, r"train_sharded needs a process group"),
+    ("sharding.Zero3 a model sharded twice", lambda t: in_group(lambda: sharded_twice(sh.Zero3, sh.Zero3)), ValueError, r"Zero3: this model is already sharded by Zero3 \(a cell run twice\?\): build a fresh model and shard that"),
+    ("sharding.Zero1 a model that Zero3 shards", lambda t: in_group(lambda: sharded_twice(sh.Zero3, sh.Zero1)), ValueError, r"Zero1: this model is already sharded by Zero3"),
+    ("sharding.Zero3 state_dict between steps", lambda t: in_group(lambda: zero3_then(lambda net: net.state_dict())), RuntimeError, r"Zero3: between steps each rank holds only its shard of the parameters .* call optimizer\.full_parameters\(\) on every rank"),
+    ("runtime.save_checkpoint of a ZeRO-3 model", lambda t: in_group(lambda: zero3_then(lambda net: rt.save_checkpoint(net, t / "m.pt"))), RuntimeError, r"Zero3: between steps each rank holds only its shard.*FSDP2 with save_sharded"),
 ]
 
 
