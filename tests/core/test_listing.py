@@ -59,8 +59,8 @@ def test_a_docstring_that_is_the_whole_body_becomes_an_ellipsis_so_the_listing_p
 
 
 def test_no_shown_body_is_empty():
-    from companion.internals import NaiveDDP
+    from companion.internals.steps import StepBookkeeping
 
-    code = show(NaiveDDP).code
+    code = show(StepBookkeeping).code
     ast.parse(code)  # an empty body would be a syntax error
     assert "def _prepare(self) -> None:\n        ...\n" in code
