@@ -263,14 +263,14 @@ class Zero3(ShardedOptimizer):
 
     def _reduced(self, unit: Unit) -> torch.Tensor:
         """This rank's shard of the unit's summed gradients (zeros if none); frees it."""
-        total = torch.zeros_like(unit.shard)
+        total = None
         for work, out in unit.pending:
             work.wait()
             self._unfinished.pop(work, lambda: None)()
-            total.add_(out)
+            total = out if total is None else total.add_(out)  # no copy for one backward
         unit.pending = []
         unit.free()
-        return total
+        return torch.zeros_like(unit.shard) if total is None else total
 
     def _discard_reduced(self) -> None:
         for unit in self.units:
