@@ -29,6 +29,7 @@ import torch
 import torch.distributed as dist
 
 from ..core.checks import check_int, check_tensor
+from ..runtime.agree import check_same_tensor_size
 from .trace import note
 
 __all__ = [
@@ -48,11 +49,11 @@ __all__ = [
 def _flat(tensor: torch.Tensor) -> torch.Tensor:
     """A 1-D view of ``tensor`` sharing its memory, so results land in place."""
     check_tensor(tensor, "tensor", "all-reduce sums a tensor in place")
+    if dist.get_debug_level() == dist.DebugLevel.DETAIL:  # as torch checks its collectives
+        check_same_tensor_size(tensor, "all-reduce")
     if not tensor.is_contiguous():
-        raise ValueError(
-            "all-reduce works in place on a contiguous tensor; pass "
-            "tensor.contiguous() and copy the result back"
-        )
+        raise ValueError("all-reduce works in place on a contiguous tensor; pass "
+                         "tensor.contiguous() and copy the result back")
     return tensor.view(-1)
 
 
@@ -281,9 +282,7 @@ ALLREDUCES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 HAND_WRITTEN = [name for name in ALLREDUCES if name != "dist.all_reduce"]
 
 
-def allreduce_mean(
-    tensor: torch.Tensor, allreduce: Callable = allreduce_ring
-) -> torch.Tensor:
+def allreduce_mean(tensor: torch.Tensor, allreduce: Callable = allreduce_ring) -> torch.Tensor:
     """Average across ranks in place: the sum by ``allreduce`` over the world size."""
     _check_callable(allreduce, tensor)
     allreduce(tensor)

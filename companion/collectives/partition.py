@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import Dataset, Subset
 
-from ..core.batches import check_batch_size, rank_batch_size
+from ..core.batches import check_batch_fits, check_batch_size, rank_batch_size
 from ..core.checks import check_choice, check_data, check_int, check_not_empty
 from ..core.data import Data, ImageSet
 from ..core.devices import model_device
@@ -178,6 +178,7 @@ def train_worker(
     model, lr, device = model or profile.model, lr or profile.lr, rank_device()
     shard = DataPartitioner.even(data.train, world_size, seed).use(rank)
     batch = rank_batch_size(global_batch or profile.batch_size, world_size)
+    check_batch_fits(batch, len(shard), world_size, "global_batch / world_size")
     set_seed(seed)  # every replica starts from the same parameters
     net = get_model(model).to(device)
     warm_up(net, *next(iter(DeviceLoader(shard, batch, device))), lr)

@@ -9,6 +9,7 @@ from . import (
     checks,
     data,
     devices,
+    figures,
     files,
     lines,
     listing,
@@ -25,6 +26,7 @@ from .compat import *  # noqa: F401,F403
 from .checks import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
 from .devices import *  # noqa: F401,F403
+from .figures import *  # noqa: F401,F403
 from .files import *  # noqa: F401,F403
 from .lines import *  # noqa: F401,F403
 from .listing import *  # noqa: F401,F403
@@ -51,6 +53,7 @@ __all__ = list(
             *training.__all__,
             *lr.__all__,
             *results.__all__,
+            *figures.__all__,
             *files.__all__,
             *lines.__all__,
             *listing.__all__,

@@ -5,7 +5,7 @@ Used in: chapters 1, 3 and 5 (and every later chapter through them).
 
 from __future__ import annotations
 
-__all__ = ["check_batch_size", "rank_batch_size"]
+__all__ = ["check_batch_size", "rank_batch_size", "check_batch_fits"]
 
 
 def check_batch_size(batch_size: int, name: str = "batch_size") -> int:
@@ -34,3 +34,18 @@ def rank_batch_size(global_batch: int, world_size: int) -> int:
             f"ranks; choose a multiple of {world_size}, e.g. {suggestion}"
         )
     return global_batch // world_size
+
+
+def check_batch_fits(batch: int, share: int, world_size: int, name: str = "per_rank_batch") -> int:
+    """``batch`` if this rank's ``share`` of the training set holds at least one such batch.
+
+    A loader would otherwise hand out one short batch per epoch, and the run
+    would train on fewer samples per step than it was asked for, silently.
+    """
+    if batch > share:
+        raise ValueError(
+            f"{name} {batch} is larger than each rank's share of the training set "
+            f"({share} samples over {world_size} rank(s)): pass at most {share} per rank, "
+            f"a global batch of at most {share * world_size}, or use more data"
+        )
+    return batch

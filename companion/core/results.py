@@ -12,6 +12,7 @@ from pathlib import Path
 from statistics import mean
 from typing import Iterable, Sequence
 
+from .figures import headroom, legend_below
 from .files import atomic_write
 
 __all__ = [
@@ -182,17 +183,16 @@ def plot_scaling(
         ax.set_xlabel("number of devices")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-    ax_time.set_ylim(bottom=0)
+    headroom(ax_time)
     low, high = ax_acc.get_ylim()
     span = min(max(high - low, min_acc_span), 1.02)
     low = min(max(0.0, (low + high - span) / 2), 1.01 - span)
     ax_acc.set_ylim(low, low + span)
-    ax_acc.legend(fontsize=8)
     labels = sorted(
         {f"{r.hardware}, profile '{r.profile}', {r.precision}" for r in records}
     )
     fig.suptitle(title or "; ".join(labels), fontsize=10)
-    fig.tight_layout()
+    legend_below(fig, ax_acc)
     return fig
 
 

@@ -32,6 +32,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
+from ..core.batches import check_batch_fits
 from ..core.data import Data
 from ..core.devices import model_device
 from ..core.checks import check_data, check_lr
@@ -80,6 +81,7 @@ def setup_rank(
     rank, world_size = _check_setup(data, cfg)
     device = rank_device()
     sampler = sampler or DistributedSampler(data.train, world_size, rank, seed=cfg.seed)
+    check_batch_fits(cfg.per_rank_batch, len(sampler), world_size)
     train_iter = SampledLoader(data.train, sampler, cfg.per_rank_batch, device)
     mode = MathMode(cfg.precision, device, cfg.channels_last)
     set_seed(cfg.seed)

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..core.checks import check_module
+from ..core.checks import check_module, check_tensor
 
-__all__ = ["RanksDisagree", "describe_replica", "check_ranks_agree"]
+__all__ = ["RanksDisagree", "describe_replica", "check_ranks_agree", "check_same_tensor_size"]
 
 
 class RanksDisagree(ValueError):
@@ -75,6 +76,30 @@ def check_ranks_agree(
             raise RanksDisagree(
                 f"{wrapper}: rank {rank} differs from rank 0: {difference}. Build the same "
                 f"model with the same settings on every rank (same code, same arguments)"
+            )
+
+
+def check_same_tensor_size(tensor: torch.Tensor, collective: str, group: Any = None) -> None:
+    """Raise :class:`RanksDisagree` on every rank unless every rank passes ``collective`` a
+    tensor with as many elements, of the same dtype.
+
+    A collective whose ranks post messages of different sizes does not fail
+    cleanly: gloo aborts the process (SIGABRT), NCCL may hang. This check is
+    one small all-gather, so the hand-written all-reduces run it only when
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` is set, the switch with which torch
+    checks its own collectives the same way.
+    """
+    check_tensor(tensor, "tensor")
+    mine = (tensor.numel(), str(tensor.dtype), tuple(tensor.shape))
+    everyone: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, mine, group=group)
+    for rank, theirs in enumerate(everyone[1:], start=1):
+        if theirs[:2] != everyone[0][:2]:
+            raise RanksDisagree(
+                f"{collective}: rank {rank} passed a {theirs[1]} tensor of shape {theirs[2]} "
+                f"({theirs[0]} elements), rank 0 a {everyone[0][1]} tensor of shape "
+                f"{everyone[0][2]} ({everyone[0][0]} elements). Every rank must pass a tensor "
+                f"of the same size and dtype"
             )
 
 

@@ -81,6 +81,7 @@ def _worker(rank, world_size, payload, backend, port, timeout, env, conn) -> Non
         WORLD_SIZE=str(world_size),
         LOCAL_WORLD_SIZE=str(world_size),
     )
+    dist.set_debug_level_from_env()  # torch read TORCH_DISTRIBUTED_DEBUG at import, in the server
     threading.Thread(target=_exit_with_parent, daemon=True).start()  # no orphans
     try:
         fn, args, kwargs = pickle.loads(payload)

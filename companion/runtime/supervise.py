@@ -184,6 +184,15 @@ def _describe_exit(exitcode: int) -> str:
     return f"exited with code {exitcode}"
 
 
+def _abort_hint(exitcode: int) -> str:
+    if exitcode != -signal.SIGABRT:
+        return ""
+    return (" A SIGABRT inside gloo often means that the ranks posted messages of different "
+            "sizes (a tensor shaped differently on one rank): rerun with "
+            "TORCH_DISTRIBUTED_DEBUG=DETAIL to have torch's collectives and the hand-written "
+            "all-reduces compare the ranks' tensors first.")
+
+
 def _ranks(ranks: list[int]) -> str:
     if len(ranks) == 1:
         return f"rank {ranks[0]}"
@@ -211,7 +220,7 @@ def _failure(world_size, pids, errors, deaths, pending, timeout) -> LaunchError:
         return WorkerDied(
             f"worker rank {r} of {world_size} {_describe_exit(code)} before returning "
             f"a result (os._exit, a crash, the out-of-memory killer, or a script that "
-            f'launches without an `if __name__ == "__main__":` guard?).{also}',
+            f'launches without an `if __name__ == "__main__":` guard?).{_abort_hint(code)}{also}',
             pids,
             rank=r,
             exitcode=code,

@@ -2,8 +2,10 @@
 
 :mod:`.flat` (flat, padded shards), :mod:`.zero1` (optimizer state
 sharded), :mod:`.zero2` (gradients too, reduce-scattered per bucket),
-:mod:`.zero3` (parameters too, gathered per unit), :mod:`.library`
-(``ZeroRedundancyOptimizer``, FSDP2), :mod:`.training` (one call for every
+:mod:`.zero3` (parameters too, gathered per unit; :mod:`.freed`, their stand-ins
+between steps), :mod:`.library`
+(``ZeroRedundancyOptimizer``, FSDP2), :mod:`.clip` (clipping by the global norm
+of sharded gradients), :mod:`.training` (one call for every
 method), :mod:`.ledger` (bytes per collective), :mod:`.memory` (state per
 rank, formulas, the calculator), :mod:`.measure` (one measured step),
 :mod:`.checkpoint` (``torch.distributed.checkpoint``, N ranks to M),
@@ -12,7 +14,7 @@ rank, formulas, the calculator), :mod:`.measure` (one measured step),
 """
 
 # Every module's public names, re-exported: ``from companion.sharding import ...``.
-from . import checkpoint, flat, ledger, library, measure, memory, timeline, training, verify, zero1, zero2, zero3
+from . import checkpoint, clip, flat, freed, ledger, library, measure, memory, timeline, training, verify, zero1, zero2, zero3
 from .checkpoint import *  # noqa: F401,F403
 from .flat import *  # noqa: F401,F403
 from .ledger import *  # noqa: F401,F403
@@ -25,6 +27,8 @@ from .verify import *  # noqa: F401,F403
 from .zero1 import *  # noqa: F401,F403
 from .zero2 import *  # noqa: F401,F403
 from .zero3 import *  # noqa: F401,F403
+from .freed import *  # noqa: F401,F403
+from .clip import *  # noqa: F401,F403
 
 __all__ = list(
     dict.fromkeys(
@@ -33,6 +37,8 @@ __all__ = list(
             *zero1.__all__,
             *zero2.__all__,
             *zero3.__all__,
+            *freed.__all__,
+            *clip.__all__,
             *library.__all__,
             *training.__all__,
             *ledger.__all__,

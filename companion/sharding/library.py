@@ -17,7 +17,9 @@ Used in: chapter 9.
   ``MixedPrecisionPolicy``: bf16 copies for compute, fp32 gradients reduced.
   ``fully_shard`` refuses non-contiguous parameters (torch 2.11 to 2.14), so
   a channels-last model (the ``gpu`` profile's) is handed over with its
-  weights made contiguous; its inputs may stay channels-last.
+  weights made contiguous; its inputs may stay channels-last. A zero-size
+  parameter is left out of the shards (``ignored_params``): it has nothing to
+  shard, and FSDP2's reduce-scatter fails on its empty gradient.
 
 Both broadcast rank 0's parameters and buffers first, as the hand-written
 stages do, and return ``(model, optimizer)`` for the usual loop.
@@ -75,6 +77,9 @@ def fsdp2(
 ) -> tuple[nn.Module, torch.optim.Optimizer]:
     """``fully_shard`` on each unit, then the root; an ordinary optimizer over the shards."""
     _, world_size = check_sharding_group("fsdp2")
+    params = [p for _, p in trainable_parameters(net)]
+    if not params:
+        raise ValueError("fsdp2: the model has no trainable parameters: nothing to shard")
     broadcast_state(net)
     device = next(net.parameters()).device
     mesh = init_device_mesh(device.type, (world_size,))
@@ -82,8 +87,11 @@ def fsdp2(
     for p in net.parameters():
         if not p.is_contiguous():  # channels_last weights: FSDP2 shards flat, contiguous storage
             p.data = p.data.contiguous()
+    # A zero-size parameter has nothing to shard or reduce, and FSDP2's reduce-scatter
+    # fails on its empty gradient: it stays an ordinary tensor, the same on every rank.
+    options = dict(mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy,
+                   ignored_params={p for p in net.parameters() if p.numel() == 0})
     for unit in default_units(net) if units is None else units:
-        fully_shard(unit, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
-    fully_shard(net, mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy)
-    params = [p for _, p in trainable_parameters(net)]
-    return net, optimizer_class(params, **defaults)
+        fully_shard(unit, **options)
+    fully_shard(net, **options)
+    return net, optimizer_class([p for _, p in trainable_parameters(net)], **defaults)

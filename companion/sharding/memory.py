@@ -38,7 +38,8 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from ..core.checks import check_choice, check_int, check_module, check_positive
-from .zero3 import is_placeholder
+from ..core.figures import headroom, legend_below
+from .freed import is_placeholder
 
 __all__ = ["BYTES_PER_PARAMETER", "formula_bytes", "measure_state", "fits", "plot_memory"]
 
@@ -137,7 +138,7 @@ def plot_memory(measured: dict[int, dict[str, dict]], title: str = ""):
             ax.text(x, bottom, f"{n}", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(methods)), methods, fontsize=8, rotation=12)
     ax.set_ylabel("KiB per rank (rank 0)")
-    ax.legend(fontsize=8, ncol=4)
     ax.set_title(title + "\n(the number over a bar: world size)", fontsize=9)
-    fig.tight_layout()
+    headroom(ax, room=0.1)  # the world sizes written over the bars stay inside
+    legend_below(fig, ax)
     return fig

@@ -13,17 +13,21 @@ batch with the plain optimizer. Equal up to float64 rounding means equal.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 from torch.nn import functional as F
 
 from ..core.checks import check_choice, check_int
 from ..core.training import set_seed
 from ..internals.tied_frozen_unused import TiedFrozenUnused
 from ..runtime.group import rank_device
+from .clip import clip_grad_norm
 from .training import METHODS, full_parameters, shard
 
-__all__ = ["OPTIMIZERS", "global_batches", "one_process", "compare_worker"]
+__all__ = ["OPTIMIZERS", "global_batches", "one_process", "compare_worker", "clip_norm_worker"]
 
 OPTIMIZERS = {
     "Adam": (torch.optim.Adam, {"lr": 1e-2}),
@@ -45,33 +49,40 @@ def global_batches(steps: int = 3, n: int = 11, seed: int = 1) -> list[tuple[tor
              torch.randint(0, 10, (n,), generator=g)) for _ in range(steps)]
 
 
-def one_process(batches, optimizer: str = "Adam") -> torch.Tensor:
-    """The trainable parameters after one process's steps on the global batches."""
+def one_process(batches, optimizer: str = "Adam", max_grad_norm: float | None = None) -> torch.Tensor:
+    """The trainable parameters after one process's steps on the global batches (each
+    step's gradient clipped to ``max_grad_norm`` by torch's ``clip_grad_norm_``, if given)."""
     check_choice(optimizer, "optimizer", OPTIMIZERS)
     net = _model()
     cls, hp = OPTIMIZERS[optimizer]
     opt = cls([p for p in net.parameters() if p.requires_grad], **hp)
     for X, y in batches:
         F.cross_entropy(net(X), y).backward()
+        if max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(net.parameters(), max_grad_norm)
         opt.step()
         opt.zero_grad()
     return full_parameters(net, opt)
 
 
-def _share_step(model, optimizer, X: torch.Tensor, y: torch.Tensor) -> None:
+def _share_step(model, optimizer, X: torch.Tensor, y: torch.Tensor, max_grad_norm=None) -> None:
     """One step on this rank's share of the global batch ``(X, y)``, weighed as above."""
     rank, n = dist.get_rank(), dist.get_world_size()
     X_r, y_r = X.tensor_split(n)[rank], y.tensor_split(n)[rank]
     (F.cross_entropy(model(X_r), y_r, reduction="sum") * n / len(y)).backward()
+    if max_grad_norm is not None:
+        clip_grad_norm(model, optimizer, max_grad_norm)
     optimizer.step()
     optimizer.zero_grad()
 
 
 def compare_worker(
-    rank: int, world_size: int, batches, methods=METHODS, optimizers=tuple(OPTIMIZERS)
+    rank: int, world_size: int, batches, methods=METHODS, optimizers=tuple(OPTIMIZERS),
+    max_grad_norm: float | None = None,
 ) -> dict[tuple[str, str], torch.Tensor]:
     """Worker: ``{(method, optimizer): whole parameters after the steps}`` on this rank
-    (computed on the rank's device: a GPU under nccl)."""
+    (computed on the rank's device: a GPU under nccl), each step's gradient clipped to
+    ``max_grad_norm`` by :func:`~.clip.clip_grad_norm` if given."""
     device, out = rank_device(), {}
     for method in methods:
         for optimizer in optimizers:
@@ -79,6 +90,28 @@ def compare_worker(
             model, opt = shard(method, _model().to(device), cls, find_unused_parameters=True,
                                bucket_cap_mb=0.001, **hp)  # several buckets for ZeRO-2
             for X, y in batches:
-                _share_step(model, opt, X.to(device), y.to(device))
+                _share_step(model, opt, X.to(device), y.to(device), max_grad_norm)
             out[method, optimizer] = full_parameters(model, opt)
+    return out
+
+
+def clip_norm_worker(rank: int, world_size: int, batches) -> dict[tuple[str, bool], float]:
+    """Worker: the norm of the first batch's gradient that each method reports, by the
+    package's :func:`~.clip.clip_grad_norm` (``False``) and by torch's
+    ``clip_grad_norm_`` over the model's own parameters (``True``); nothing is clipped."""
+    out = {}
+    for method in METHODS:
+        for torch_s in (False, True):
+            model, opt = shard(method, _model().to(rank_device()), torch.optim.SGD,
+                               find_unused_parameters=True, bucket_cap_mb=0.001, lr=0.1)
+            X, y = (t.to(rank_device()) for t in batches[0])
+            X_r, y_r = X.tensor_split(world_size)[rank], y.tensor_split(world_size)[rank]
+            (F.cross_entropy(model(X_r), y_r, reduction="sum") * world_size / len(y)).backward()
+            if torch_s:
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
+                norm = norm.full_tensor() if isinstance(norm, DTensor) else norm
+            else:
+                norm = clip_grad_norm(model, opt, 1e12)
+            opt.step()
+            out[method, torch_s] = float(norm)
     return out

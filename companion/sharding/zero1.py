@@ -26,6 +26,8 @@ its part of this rank's shard (``ShardedOptimizer._step_pieces``). It is
 a drop-in optimizer: ``loss.backward(); optimizer.step();
 optimizer.zero_grad()``, and ``zero_grad()`` drops every gradient of the
 step, those the later stages reduced during backward included.
+``clip_grad_norm_(max_norm)``, between ``backward()`` and ``step()``, clips
+the step's reduced shards by the norm of the whole gradient (:mod:`.clip`).
 Every rank counts equally in the average (``1/N``), as in torch's DDP; with
 uneven local batches, weigh each rank's loss by its share of the samples.
 """
@@ -44,6 +46,7 @@ from ..core.checks import check_instance, check_module
 from ..core.precision import MathMode
 from ..internals.naive import broadcast_state, trainable_parameters
 from ..runtime.agree import check_ranks_agree
+from .clip import clip_shards
 from .flat import FlatShards, check_sharding_group
 
 __all__ = ["ShardedOptimizer", "Zero1", "check_precision"]
@@ -52,14 +55,15 @@ _SHARDED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> it
 
 
 def check_precision(mode: MathMode | None, name: str) -> MathMode | None:
-    """``mode`` if the stage can train in it: fp32 or bf16 autocast (fp16's loss scaler
-    unscales whole gradients, which the sharded stages never hold)."""
+    """``mode`` if the stage can train in it: fp32 or bf16 autocast. fp16 needs a loss
+    scaler, which this chapter's methods do not have yet; a sharded one needs only one
+    found-inf flag all-reduced over the ranks (torch's ``ShardedGradScaler``)."""
     if mode is not None:
         check_instance(mode, "mode", MathMode, "pass MathMode(precision, device), or None for fp32")
     if mode is not None and mode.precision == "fp16":
         raise ValueError(
-            f"{name}: precision 'fp16' needs a loss scaler over whole gradients; "
-            f"use precision='bf16' or 'fp32' with the sharded stages"
+            f"{name}: precision 'fp16' needs a loss scaler, which the sharded methods here "
+            f"do not have; use precision='bf16' or 'fp32' with them"
         )
     return mode
 
@@ -91,6 +95,7 @@ class ShardedOptimizer:
             raise ValueError(f"{name}: the model has no trainable parameters: nothing to shard")
         self._index = {id(p): j for j, (_, p) in enumerate(self.named)}
         self._got: set[int] = set()  # parameters that got a gradient since zero_grad()
+        self._ready: list[torch.Tensor] | None = None  # this step's reduced shards, once reduced
         settings = {"optimizer": optimizer_class.__name__, **(layout or {}), **defaults}
         check_ranks_agree(net, settings, name)  # the same layout and settings on every rank
         _SHARDED[net] = name
@@ -121,6 +126,20 @@ class ShardedOptimizer:
         for j, k, where, piece in self.pieces:
             piece.grad = grads[k][where] if flags[j] > 0 else None
         self.inner.step()
+        self._ready = None  # the next step reduces its own gradients
+
+    @torch.no_grad()
+    def reduced_grads(self) -> list[torch.Tensor]:
+        """This step's averaged gradient as this rank's shard of each layout: reduced
+        once (the stage's ``_reduce``), kept until ``step()`` or ``zero_grad()``."""
+        if self._ready is None:
+            self._ready = self._reduce()
+        return self._ready
+
+    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+        """Clip this step's gradients to a global norm of at most ``max_norm``, between
+        ``backward()`` and ``step()``; the norm before clipping, the same on every rank."""
+        return clip_shards(self.reduced_grads(), max_norm)
 
     @property
     def param_groups(self) -> list[dict]:
@@ -133,6 +152,7 @@ class ShardedOptimizer:
     def zero_grad(self, set_to_none: bool = True) -> None:
         """As torch's: this step's gradients are gone, those reduced in backward too."""
         self._discard_reduced()
+        self._ready = None
         if set_to_none:  # else every parameter with a gradient keeps a zero one
             self._got = set()
         for p in [*self.net.parameters(), *self.shard_params]:
@@ -158,14 +178,16 @@ class Zero1(ShardedOptimizer):
             p.data = view  # the parameters now live in the flat buffer
         self._make_inner([self.layout], [self.layout.shard(self.flat)])
 
-    @torch.no_grad()
-    def step(self) -> None:
-        got = {j for j, (_, p) in enumerate(self.named) if p.grad is not None}
+    def _reduce(self) -> list[torch.Tensor]:
         grad = self.layout.flat_grad().div_(self.world_size)  # zeros for unused ones
         mine = torch.empty_like(self.layout.shard(self.flat))
         reduce_scatter_single(mine, grad)  # average, keep my shard
-        del grad
-        self._step_pieces([mine], got)  # my shard of the parameters and state
+        return [mine]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        got = {j for j, (_, p) in enumerate(self.named) if p.grad is not None}
+        self._step_pieces(self.reduced_grads(), got)  # my shard of the parameters and state
         for piece in self.shard_params:
             piece.grad = None  # the whole gradients stay until zero_grad()
         shard = self.layout.shard(self.flat)

@@ -114,13 +114,15 @@ class Zero2(ShardedOptimizer):
             self._next += 1
         self._next = 0  # a round is over: the next backward starts again at bucket 0
 
-    @torch.no_grad()
-    def step(self) -> None:
+    def _reduce(self) -> list[torch.Tensor]:
         started = any(b.pending for b in self.buckets)
         if self._next or any(b.ready for b in self.buckets) or not started:
             self._launch_ready(flush=True)  # unused parameters: zeros, same order everywhere
-        grads = [b.reduced() for b in self.buckets]
-        self._step_pieces(grads, self._got)
+        return [b.reduced() for b in self.buckets]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self._step_pieces(self.reduced_grads(), self._got)
         for b in self.buckets:
             all_gather_single(b.flat, b.layout.shard(b.flat).clone())
 

@@ -42,6 +42,7 @@ from ..core.compat import all_gather_single, reduce_scatter_single
 from ..core.checks import check_module
 from ..internals.naive import broadcast_state
 from .flat import FlatShards
+from .freed import _placeholder, guard_reads, is_placeholder
 from .zero1 import ShardedOptimizer
 
 __all__ = ["Unit", "Zero3", "default_units"]
@@ -62,23 +63,6 @@ def default_units(net: nn.Module) -> list[nn.Module]:
         if any(p.requires_grad for p in m.parameters())
         and all(seen[p] == 1 for p in m.parameters())
     ]
-
-
-_NAN: dict[tuple, torch.Tensor] = {}
-
-
-def _placeholder(p: torch.Tensor) -> torch.Tensor:
-    """A freed parameter's stand-in: its shape, one shared NaN behind every number."""
-    key = (p.dtype, p.device)
-    if key not in _NAN:
-        _NAN[key] = torch.full((1,), float("nan"), dtype=p.dtype, device=p.device)
-    return _NAN[key].expand(p.shape)
-
-
-def is_placeholder(t: torch.Tensor) -> bool:
-    """Whether ``t`` is a freed ZeRO-3 parameter's stand-in (it holds no memory of its own)."""
-    ptr = t.untyped_storage().data_ptr()
-    return any(ptr == nan.untyped_storage().data_ptr() for nan in _NAN.values())
 
 
 class Unit:
@@ -148,6 +132,8 @@ class Zero3(ShardedOptimizer):
         net.register_state_dict_pre_hook(self._refuse_state_dict)
         for unit in self.units:
             unit.free()
+        guard_reads([m for m in net.modules() if any(
+            is_placeholder(p) for p in m.parameters(recurse=False))])
         self._make_inner([u.layout for u in self.units], [u.shard for u in self.units])
 
     def _build_units(self, units):
@@ -253,13 +239,15 @@ class Zero3(ShardedOptimizer):
         unit.grad, unit.ready = None, set()
         unit.free()
 
-    @torch.no_grad()
-    def step(self) -> None:
+    def _reduce(self) -> list[torch.Tensor]:
         for unit in self.units:  # unused parameters: zeros, in unit order on every rank
             if unit.ready or not unit.pending:
                 self._reduce_scatter(unit)
-        grads = [self._reduced(unit) for unit in self.units]
-        self._step_pieces(grads, self._got)
+        return [self._reduced(unit) for unit in self.units]
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self._step_pieces(self.reduced_grads(), self._got)
 
     def _reduced(self, unit: Unit) -> torch.Tensor:
         """This rank's shard of the unit's summed gradients (zeros if none); frees it."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from operator import attrgetter
 
+from ..core.figures import headroom, legend_below
 from .analysis import Point, one_precision
 
 __all__ = ["plot_lr_scaling", "plot_speedup", "plot_study"]
@@ -43,9 +44,8 @@ def _finish(fig, axes, title: str, xlabel: str, precisions, xs=None, log2=False)
             ax.set_xscale("log", base=2)
         if xs:
             ax.set_xticks(sorted(xs), [str(x) for x in sorted(xs)])
-        ax.legend(fontsize=8, title=f"precision: {' / '.join(precisions)}", title_fontsize=8)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
+    legend_below(fig, axes[0], title=f"precision: {' / '.join(precisions)}", title_fontsize=8)
     return fig
 
 
@@ -82,7 +82,7 @@ def plot_study(points: Sequence[Point], title: str = "", mix_precisions: bool = 
     ax_acc.set_ylabel("test accuracy\n(mean over seeds, bar: range)")
     _accuracy_axis(ax_acc, points)
     ax_time.set_ylabel("seconds per epoch\n(mean, bar: fastest to slowest)")
-    ax_time.set_ylim(bottom=0)
+    headroom(ax_time)
     counts = {p.n_devices for p in points}
     return _finish(fig, (ax_acc, ax_time), title, "number of devices", precisions, counts)
 
@@ -105,8 +105,8 @@ def plot_speedup(points: Sequence[Point], title: str = "", mix_precisions: bool 
         ax_e.plot(ks, [p.efficiency for p in ps], **style)
     ax_s.set_ylabel("speed-up over 1 device\n(samples/s; bar: range of epochs)")
     ax_e.set_ylabel("scaling efficiency\n(speed-up / devices)")
-    ax_s.set_ylim(bottom=0)
-    ax_e.set_ylim(0, 1.1)
+    headroom(ax_s)
+    ax_e.set_ylim(0, max(1.1, 1.05 * max((p.efficiency for p in measured), default=1.0)))
     return _finish(fig, (ax_s, ax_e), title, "number of devices", precisions, counts)
 
 

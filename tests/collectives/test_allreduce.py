@@ -71,3 +71,27 @@ def test_the_pipelined_ring_with_tiny_segments(world_size):
     rows = launch(check_allreduce, world_size, (1, 5, 7, 11, 1000), (torch.float64,),
                   algorithms=pipelined, timeout=60)[0]
     assert len(rows) == 2 * 5
+
+
+@pytest.mark.parametrize("name", HAND_WRITTEN)
+def test_ranks_with_different_sizes_are_named_under_torch_s_debug_switch(name, monkeypatch):
+    """Ranks posting different sizes abort inside gloo (SIGABRT) and the launcher says how to
+    find out; with TORCH_DISTRIBUTED_DEBUG=DETAIL every rank names the mismatch instead."""
+    from companion.runtime import WorkerDied, WorkerError
+
+    from .workers import mismatched_allreduce
+
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
+    with pytest.raises(WorkerError, match=r"RanksDisagree: all-reduce: rank 1 passed a "
+                       r"torch\.float32 tensor of shape \(6,\) \(6 elements\), rank 0 a "
+                       r"torch\.float32 tensor of shape \(5,\) \(5 elements\)"):
+        launch(mismatched_allreduce, 3, name, backend="gloo", timeout=60)
+    monkeypatch.delenv("TORCH_DISTRIBUTED_DEBUG")
+    try:
+        launch(mismatched_allreduce, 3, name, backend="gloo", timeout=60)
+    except WorkerDied as died:  # gloo's abort: the message says what to rerun with
+        assert "SIGABRT" in str(died) and "TORCH_DISTRIBUTED_DEBUG=DETAIL" in str(died)
+    except Exception as other:  # a hang until the timeout is also possible: not silent
+        assert "timed out" in str(other) or "raised" in str(other), other
+    else:
+        pytest.fail("a mismatched all-reduce returned on every rank")

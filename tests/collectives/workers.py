@@ -29,3 +29,9 @@ def off_by_one_allreduce(tensor: torch.Tensor) -> torch.Tensor:
     ALLREDUCES["ring"](tensor)
     tensor += 1
     return tensor
+
+
+def mismatched_allreduce(rank: int, world_size: int, name: str) -> str:
+    """Rank 1 passes one element more than the others (issue 42, item 10)."""
+    ALLREDUCES[name](torch.ones(5 + (rank == 1)))
+    return "returned"

@@ -91,6 +91,17 @@ def test_equal_methods_stay_distinguishable_and_accuracy_axis_stays_in_range():
     assert 0.99 < high <= 1.01 and high - low >= 0.1
 
 
+
+def test_the_slowest_point_is_off_the_frame_and_the_legend_off_the_data():
+    """Issue 36: set_ylim(bottom=0) alone left the top at the data's maximum."""
+    records = [rec(m, n, e, sec=0.7 + 0.047 * e) for m in ("a", "b") for n in (1, 2) for e in (0, 1)]
+    fig = plot_scaling(records)
+    slowest = 0.747  # the top of the highest error bar
+    assert fig.axes[1].get_ylim()[0] == 0 and fig.axes[1].get_ylim()[1] >= 1.05 * slowest
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    legend_top = fig.legends[0].get_window_extent(fig.canvas.get_renderer()).y1
+    assert legend_top <= min(ax.get_window_extent().y0 for ax in fig.axes)  # below the axes
+
 def test_plot_scaling_needs_records():
     with pytest.raises(ValueError, match="at least one record"):
         plot_scaling([])

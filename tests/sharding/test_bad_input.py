@@ -96,6 +96,12 @@ CASES = [
     ("sharding.Zero3 a model sharded twice", lambda t: in_group(lambda: sharded_twice(sh.Zero3, sh.Zero3)), ValueError, r"Zero3: this model is already sharded by Zero3 \(a cell run twice\?\): build a fresh model and shard that"),
     ("sharding.Zero1 a model that Zero3 shards", lambda t: in_group(lambda: sharded_twice(sh.Zero3, sh.Zero1)), ValueError, r"Zero1: this model is already sharded by Zero3"),
     ("sharding.Zero3 state_dict between steps", lambda t: in_group(lambda: zero3_then(lambda net: net.state_dict())), RuntimeError, r"Zero3: between steps each rank holds only its shard of the parameters .* call optimizer\.full_parameters\(\) on every rank"),
+    ("sharding.Zero3 a parameter read between steps", lambda t: in_group(lambda: zero3_then(lambda net: net[0].weight)), sh.FreedParameterRead, r"Zero3Linear\.weight is sharded by ZeRO-3: between steps each rank holds only its shard, so there is no whole value to read here\. Call optimizer\.full_parameters\(\) on every rank"),
+    ("sharding.fsdp2 every parameter frozen", lambda t: in_group(lambda: sh.fsdp2(nn.Linear(3, 2).requires_grad_(False), torch.optim.SGD, lr=0.1)), ValueError, r"fsdp2: the model has no trainable parameters: nothing to shard"),
+    ("sharding.clip_shards max_norm=0", lambda t: sh.clip_shards([torch.zeros(2)], 0), ValueError, r"max_norm must be a positive, finite number, got 0"),
+    ("sharding.clip_grad_norm a model that is an optimizer", lambda t: sh.clip_grad_norm(torch.optim.SGD(LIN.parameters(), lr=1), None, 1.0), TypeError, r"model must be a torch\.nn\.Module"),
+    ("sharding.clip_grad_norm max_norm=nan", lambda t: sh.clip_grad_norm(LIN, None, float("nan")), ValueError, r"max_norm must be a positive, finite number, got nan"),
+    ("sharding.Zero1 clip_grad_norm_ max_norm=-1", lambda t: in_group(lambda: sh.Zero1(nn.Linear(3, 2), torch.optim.SGD, lr=0.1).clip_grad_norm_(-1)), ValueError, r"max_norm must be a positive, finite number, got -1"),
     ("runtime.save_checkpoint of a ZeRO-3 model", lambda t: in_group(lambda: zero3_then(lambda net: rt.save_checkpoint(net, t / "m.pt"))), RuntimeError, r"Zero3: between steps each rank holds only its shard.*FSDP2 with save_sharded"),
 ]
 

@@ -58,7 +58,7 @@ class Awkward(nn.Module):
     def forward(self, x, step: int):
         h = torch.tanh(self.a(x))
         out = self.b(h) + (self.early(h) if step < 2 else 0)
-        return self.frozen(out)
+        return self.frozen(out) + self.empty.sum()  # a zero-size gradient, every step
 
 
 def _awkward_batches(world_size):
@@ -124,7 +124,12 @@ def reading_after_zero3(rank, world_size, tmp):
     net, opt = shard("ZeRO-3", Awkward(), torch.optim.SGD, lr=0.1)
     _loss(net, _awkward_batches(world_size)[0], 0, rank, world_size).backward()
     opt.step()
-    seen["sum"] = float(net.a.weight.sum())  # NaN, not a crash
+    try:
+        seen["sum"] = float(net.a.weight.sum())
+    except RuntimeError as err:
+        seen["sum"] = f"{type(err).__name__}: {err}"
+    net(_awkward_batches(world_size)[0], 0)  # inside forward the unit is whole: no error
+    seen["is a Linear"] = isinstance(net.a, torch.nn.Linear)
     seen["whole"] = opt.full_parameters()[2].shape  # a.weight (after never, empty), gathered
     for name, call in (("state_dict", net.state_dict),
                        ("save_checkpoint", lambda: save_checkpoint(net, Path(tmp) / f"z{rank}.pt")),
@@ -142,3 +147,4 @@ def reading_after_zero3(rank, world_size, tmp):
     except ValueError as err:
         seen["fsdp2 save_checkpoint"] = str(err)
     return seen
+

@@ -7,6 +7,13 @@ from companion.study.plots import plot_lr_scaling, plot_speedup, plot_study
 pytestmark = pytest.mark.ch7
 
 
+
+def legend_of(fig):
+    """The figure's one legend, under the axes (no legend box inside an axes: it would
+    hide data), and no axes keeps a legend of its own."""
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    return fig.legends[0]
+
 def test_plots_show_every_method_and_the_ideal_line():
     import matplotlib
 
@@ -33,13 +40,13 @@ def test_plots_show_every_method_and_the_ideal_line():
     ]
     points = aggregate(records)
     fig = plot_study(points, "t")
-    assert {t.get_text() for t in fig.axes[0].get_legend().get_texts()} == {"a", "b"}
+    assert {t.get_text() for t in legend_of(fig).get_texts()} == {"a", "b"}
     fig = plot_speedup(points)
-    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    labels = [t.get_text() for t in legend_of(fig).get_texts()]
     assert labels[0] == "ideal" and fig.axes[0].lines[0].get_ydata().tolist() == [1, 2, 4]
     fig = plot_lr_scaling([p for p in points if p.method == "a"])
-    assert len(fig.axes[0].get_legend().get_texts()) == 2
-    assert fig.axes[0].get_legend().get_title().get_text() == "precision: fp32"
+    assert len(legend_of(fig).get_texts()) == 2
+    assert legend_of(fig).get_title().get_text() == "precision: fp32"
 
 
 def test_plots_name_the_precision_and_refuse_two_unless_asked():
@@ -57,14 +64,14 @@ def test_plots_name_the_precision_and_refuse_two_unless_asked():
         with pytest.raises(ValueError, match=r"mix precisions \['bf16', 'fp32'\]"):
             plot(points)
     fig = plot_study(points, mix_precisions=True)
-    legend = fig.axes[0].get_legend()
+    legend = legend_of(fig)
     assert {t.get_text() for t in legend.get_texts()} == {"a (fp32)", "a (bf16)"}
     assert legend.get_title().get_text() == "precision: bf16 / fp32"
     fig = plot_speedup([p for p in points if p.precision == "bf16"])
-    assert fig.axes[0].get_legend().get_title().get_text() == "precision: bf16"
-    assert {t.get_text() for t in fig.axes[1].get_legend().get_texts()} == {"ideal", "a"}
+    assert legend_of(fig).get_title().get_text() == "precision: bf16"
+    assert {t.get_text() for t in legend_of(fig).get_texts()} == {"ideal", "a"}
     fig = plot_lr_scaling(points, mix_precisions=True)
-    assert {t.get_text() for t in fig.axes[0].get_legend().get_texts()} == {
+    assert {t.get_text() for t in legend_of(fig).get_texts()} == {
         "lr rule: none (fp32)", "lr rule: none (bf16)"}
 
 
@@ -85,3 +92,13 @@ def test_the_accuracy_axis_is_not_zoomed_into_a_small_spread():
             for seed, acc in enumerate((0.3, 0.6, 0.9))]
     low, high = plot_study(aggregate(wide)).axes[0].get_ylim()
     assert low < 0.3 and high > 0.9, "the caps of the widest bar sit inside the axes"
+
+
+def test_an_efficiency_above_1_1_stays_on_the_axis():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    records = [StudyRecord("a", k, 1, 0.5, 1.0 / k, 100.0 * k * (1.3 if k > 1 else 1), 1.0, "hw",
+                           "ci", global_batch=64) for k in (1, 2)]
+    fig = plot_speedup(aggregate(records))
+    assert fig.axes[1].get_ylim()[1] > 1.3  # efficiency 1.3 at 2 devices
