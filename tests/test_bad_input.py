@@ -930,7 +930,7 @@ def test_every_public_function_and_class_has_a_row_or_a_reason():
     assert not stale, f"remove {stale} from NO_ROW: they are not public, or have a row now"
 
 
-def _parsers() -> dict[str, "argparse.ArgumentParser"]:
+def _parsers(clis=None) -> dict[str, "argparse.ArgumentParser"]:
     """Every command line's parser, as its main builds it (parse_args is stopped before any work)."""
     import importlib
     from unittest import mock
@@ -939,7 +939,7 @@ def _parsers() -> dict[str, "argparse.ArgumentParser"]:
         pass
 
     parsers = {}
-    for cli_name, module in CLIS.items():
+    for cli_name, module in (CLIS if clis is None else clis).items():
         def stop(parser, *args, **kwargs):
             parsers[cli_name] = parser
             raise Built
@@ -1003,3 +1003,15 @@ def test_one_seed_prints_no_spread():
     one, three = st.table([st.Point(seeds=1, **point)]), st.table([st.Point(seeds=3, **point)])
     assert "(0.000)" not in one and one.splitlines()[1].split()[6] == "-"
     assert three.splitlines()[1].split()[6] == "(0.000)"  # three seeds that agree: a spread of 0
+
+
+def test_every_help_is_plain_text():
+    """Issue 36: `--help` is read in a terminal, where reST markup (``x``, :func:`x`, ::)
+    shows as noise."""
+    import re
+
+    every = {**CLIS, "bench record": "companion.bench.record",
+             "bench sharding": "companion.bench.sharding"}
+    marked = {name: re.findall(r"``|:[a-z]+:`|::$", parser.format_help(), re.M)
+              for name, parser in _parsers(every).items()}
+    assert not {name: found for name, found in marked.items() if found}

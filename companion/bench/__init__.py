@@ -15,6 +15,7 @@ the API a reader calls.
 from __future__ import annotations
 
 import argparse
+import re
 import statistics
 import time
 from typing import Callable, Sequence
@@ -39,6 +40,13 @@ _SHARED = {
 }
 
 
+def plain_text(doc: str) -> str:
+    """``doc`` without reStructuredText markup, as a terminal shows help: ````x```` and
+    ``:func:`x``` become ``x``, a literal block's ``::`` a colon."""
+    doc = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", doc)
+    return doc.replace("``", "").replace("::\n", ":\n")
+
+
 def bench_parser(name: str, doc: str, **defaults) -> argparse.ArgumentParser:
     """The parser of ``python -m companion.bench NAME``, described by ``doc``.
 
@@ -47,7 +55,8 @@ def bench_parser(name: str, doc: str, **defaults) -> argparse.ArgumentParser:
     adds its own options to the parser returned.
     """
     parser = argparse.ArgumentParser(
-        prog=f"python -m companion.bench {name}", description=doc, formatter_class=RawDefaultsHelp
+        prog=f"python -m companion.bench {name}", description=plain_text(doc),
+        formatter_class=RawDefaultsHelp,
     )
     by_dest = {dest: (flag, kind, text) for flag, (dest, kind, text) in _SHARED.items()}
     for dest, default in defaults.items():

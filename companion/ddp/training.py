@@ -117,7 +117,8 @@ def _first_batch(data: Data, cfg: DDPConfig):
 def _announce(cfg: DDPConfig, world_size: int) -> None:
     if cfg.verbose and dist.get_rank() == 0:
         say(
-            f"DDP: {world_size} processes ({dist.get_backend()}), model {cfg.model}, "
+            f"DDP: {world_size} process{'es' if world_size > 1 else ''} "
+            f"({dist.get_backend()}), model {cfg.model}, "
             f"global batch {world_size} x {cfg.per_rank_batch}, lr {cfg.lr:g}"
         )
 

@@ -58,13 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Train with DDP from the last snapshot; torchrun restarts the "
-        "workers when one fails. SGD with momentum; the default lr is the "
-        "profile's times (1 - momentum). The global batch and lr do not depend on the "
-        "number of processes, so a restart may change it.",
+        "workers when one fails. SGD with momentum. The global batch and the lr do not "
+        "depend on the number of processes, so a restart may change that number without "
+        "changing the training.",
         formatter_class=DefaultsHelp,
     )
     for action in ddp_parser()._actions:
         if set(action.option_strings) & set(KEPT):
+            if "--lr" in action.option_strings:  # with momentum, a smaller default step
+                action.help = "learning rate (default: the profile's times (1 - momentum))"
             parser._add_action(action)
     add = parser.add_argument
     add("--snapshot", required=True, help="snapshot file, on storage every node sees")

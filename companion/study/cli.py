@@ -14,6 +14,7 @@ and s/epoch) and ``speedup.png`` (speed-up and efficiency against ideal).
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -70,12 +71,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line's options (see the module docstring)."""
     p = argparse.ArgumentParser(
         prog="python -m companion.study",
-        description=__doc__.split("\n")[0],
+        description="The scaling study on your own machine: every method at every device "
+        "count with every seed, from fresh models. Writes study.csv, study.json, table.txt, "
+        "study.png and speedup.png into --out.",
+        epilog="example: python -m companion.study --methods ddp,split --devices 1,2,4 "
+        "--seeds 0,1,2",
         formatter_class=DefaultsHelp,
     )
     add = p.add_argument
     add("--methods", type=_methods, default="split,ddp",
-        help=f"comma-separated, from {', '.join(METHODS)}")
+        help=f"comma-separated, from {', '.join(METHODS)} ('reference': one device, no "
+        f"communication, the baseline each speed-up is measured against)")
     add("--devices", type=_ints(1), default=None,
         help="comma-separated device counts (default: the profile's)")
     add("--seeds", type=_ints(0), default="0,1,2",
@@ -95,7 +101,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--out", type=Path, default=Path("study-results"),
         help="folder for study.csv, study.json, table.txt and the figures")
     add("--plot-only", action="store_true", help="redraw from --out/study.json")
-    add("--no-progress", action="store_true", help="no progress bar")
+    add("--no-progress", action="store_true",
+        help="no progress bar on a terminal, and no line per run when stderr is a file or pipe")
     args = p.parse_args(argv)
     if args.plot_only and not (args.out / "study.json").is_file():
         p.error(
@@ -130,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
             profile=profile.name,
         )
         records = run_study(
-            runs, args.scaling, out / "study", progress=False if args.no_progress else None
+            runs, args.scaling, out / "study", progress=False if args.no_progress else None,
+            log_lines=not args.no_progress and not sys.stderr.isatty(),  # `| tee log`: lines
         )
     points = aggregate(records)
     label = "; ".join(

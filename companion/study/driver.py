@@ -25,6 +25,7 @@ import csv
 import io
 import json
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -35,6 +36,7 @@ from ..core.checks import check_choice, check_data, check_distinct, check_int
 from ..core.data import Data, ImageSet
 from ..core.devices import hardware_label
 from ..core.files import atomic_write
+from ..core.lines import say
 from ..core.results import Record
 from .methods import METHODS, RunSpec, run_method
 from ..core.lr import LR_RULES, scaled_lr
@@ -114,12 +116,15 @@ def run_study(
     scaling: str = "strong",
     path: str | Path | None = None,
     progress: bool | None = None,
+    log_lines: bool = False,
 ) -> list[StudyRecord]:
     """Train every run of :func:`plan`; save after each run when ``path`` is given.
 
     ``progress`` shows a tqdm bar on stderr; by default only when stderr is a
-    terminal, so notebook outputs stay clean. Saving after every run means an
-    interrupted study keeps what it finished.
+    terminal, so notebook outputs stay clean. ``log_lines`` writes one line to
+    stderr per finished run instead (the command line, when stderr is a file or
+    a pipe). Saving after every run means an interrupted study keeps what it
+    finished.
     """
     from tqdm import tqdm
 
@@ -127,8 +132,10 @@ def run_study(
     show = sys.stderr.isatty() if progress is None else progress
     found: list[StudyRecord] = []
     with tqdm(total=len(runs), desc="scaling study", unit="run", disable=not show) as bar:
-        for name, spec in runs:
-            bar.set_postfix_str(f"{name}, {spec.n_devices} device(s), seed {spec.seed}")
+        for i, (name, spec) in enumerate(runs, start=1):
+            what = f"{name}, {spec.n_devices} device(s), seed {spec.seed}"
+            bar.set_postfix_str(what)
+            start = time.perf_counter()
             for r in run_method(name, spec):
                 found.append(
                     StudyRecord(
@@ -143,6 +150,9 @@ def run_study(
             if path is not None:
                 save_study(found, path)
             bar.update(1)
+            if log_lines:
+                say(f"run {i}/{len(runs)} done: {what}, {time.perf_counter() - start:.1f} s",
+                    file=sys.stderr)
     return found
 
 
