@@ -22,14 +22,17 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 book: $(VENV)/.installed
 	$(BIN)/jupyter-book build . -W -n --keep-going
 
+# A cell's limit is a hang detector, not a speed target: on 2 cores beside two busy
+# processes, chapter 2's split bench and chapter 7's study cell passed 600 s (1800 s,
+# as .ci/execute_notebooks.py allows a cell).
 test: $(VENV)/.installed
 	BOOK_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider --durations=15 tests book \
-	  --nbval --nbval-current-env --nbval-cell-timeout=600 \
+	  --nbval --nbval-current-env --nbval-cell-timeout=1800 \
 	  --nbval-sanitize-with tests/nbval_sanitize.cfg
 
 # For authors: re-run every chapter with the ci profile and commit the outputs.
 notebooks: $(VENV)/.installed
-	BOOK_PROFILE=ci $(BIN)/jupyter-execute --inplace --timeout=900 $(NOTEBOOKS)
+	BOOK_PROFILE=ci $(BIN)/jupyter-execute --inplace --timeout=1800 $(NOTEBOOKS)
 
 # Every chapter executed under a profile a reader uses (cpu by default: every reader
 # without a GPU) into _build/<profile>-check/, the committed ci outputs left alone.

@@ -20,6 +20,8 @@ from typing import IO, Callable
 __all__ = ["atomic_write", "scratch_dir"]
 
 _TMP_SUFFIX = ".tmp"
+_UMASK = os.umask(0o022)  # read once, at import: the process's umask, then set back
+os.umask(_UMASK)
 
 
 def _check_target(path: Path) -> None:
@@ -52,6 +54,7 @@ def atomic_write(
         dir=path.parent, prefix=f".{path.name}.", suffix=_TMP_SUFFIX
     )
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide the file from the group
         with os.fdopen(fd, "wb" if binary else "w") as f:
             write(f)
             f.flush()

@@ -68,10 +68,13 @@ def check_precision(mode: MathMode | None, name: str) -> MathMode | None:
     return mode
 
 
-class ShardedOptimizer:
-    """What the three stages share: an optimizer over this rank's shard, behind the
-    usual ``step()`` / ``zero_grad()`` / ``param_groups``. ``layout`` holds a stage's
-    own settings (Zero2's bucket cap, Zero3's prefetch), which every rank must share."""
+class ShardedOptimizer(torch.optim.Optimizer):
+    """What the three stages share: an optimizer over this rank's shard. It is a
+    ``torch.optim.Optimizer`` whose ``param_groups`` and ``state`` are those of the real
+    optimizer over the shard, so learning-rate schedulers, ``set_lr``, ``step(closure)``,
+    ``zero_grad(set_to_none)`` and ``state_dict()`` / ``load_state_dict()`` (this rank's
+    shard of the state) work as on any optimizer. ``layout`` holds a stage's own settings
+    (Zero2's bucket cap, Zero3's prefetch), which every rank must share."""
 
     def __init__(
         self, net: nn.Module, optimizer_class: type, name: str, layout: dict | None = None,
@@ -112,6 +115,35 @@ class ShardedOptimizer:
         if not self.shard_params:  # this rank's shards are all padding (a tiny model)
             self.shard_params = [nn.Parameter(shards[0][:0])]
         self.inner = self.optimizer_class(self.shard_params, **self.defaults)
+        self._building = True  # Optimizer.__init__ adds the one group; later calls refuse
+        torch.optim.Optimizer.__init__(self, self.shard_params, dict(self.inner.defaults))
+        self._building = False
+        self.param_groups, self.state = self.inner.param_groups, self.inner.state  # one copy
+
+    def add_param_group(self, param_group: dict) -> None:
+        if getattr(self, "_building", False):
+            return super().add_param_group(param_group)
+        raise NotImplementedError(
+            f"{type(self).__name__} shards the trainable parameters of the model it was built "
+            f"with, in one group; to train other parameters, shard a model that holds them"
+        )
+
+    def state_dict(self) -> dict:
+        """This rank's shard of the optimizer state (a checkpoint holds one per rank)."""
+        return self.inner.state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load what ``state_dict()`` gave on this rank, for the same layout and world size."""
+        self.inner.load_state_dict(state_dict)
+        self.param_groups, self.state = self.inner.param_groups, self.inner.state
+
+    @staticmethod
+    def _closure(closure) -> Any:
+        """``closure()`` with gradients on (the loss it returns), as torch's ``step`` does."""
+        if closure is None:
+            return None
+        with torch.enable_grad():
+            return closure()
 
     def _step_pieces(self, grads: list[torch.Tensor], got: set[int]) -> None:
         """Step the pieces of every parameter that got a gradient on some rank.
@@ -140,14 +172,6 @@ class ShardedOptimizer:
         """Clip this step's gradients to a global norm of at most ``max_norm``, between
         ``backward()`` and ``step()``; the norm before clipping, the same on every rank."""
         return clip_shards(self.reduced_grads(), max_norm)
-
-    @property
-    def param_groups(self) -> list[dict]:
-        return self.inner.param_groups  # a learning-rate schedule changes them here
-
-    @property
-    def state(self):
-        return self.inner.state
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """As torch's: this step's gradients are gone, those reduced in backward too."""
@@ -185,10 +209,12 @@ class Zero1(ShardedOptimizer):
         return [mine]
 
     @torch.no_grad()
-    def step(self) -> None:
+    def step(self, closure=None) -> Any:
+        loss = self._closure(closure)  # torch's contract: evaluate, then step
         got = {j for j, (_, p) in enumerate(self.named) if p.grad is not None}
         self._step_pieces(self.reduced_grads(), got)  # my shard of the parameters and state
         for piece in self.shard_params:
             piece.grad = None  # the whole gradients stay until zero_grad()
         shard = self.layout.shard(self.flat)
         all_gather_single(self.flat, shard.clone())  # whole again
+        return loss

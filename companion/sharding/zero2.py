@@ -121,10 +121,12 @@ class Zero2(ShardedOptimizer):
         return [b.reduced() for b in self.buckets]
 
     @torch.no_grad()
-    def step(self) -> None:
+    def step(self, closure=None) -> Any:
+        loss = self._closure(closure)  # torch's contract: evaluate, then step
         self._step_pieces(self.reduced_grads(), self._got)
         for b in self.buckets:
             all_gather_single(b.flat, b.layout.shard(b.flat).clone())
+        return loss
 
     def _discard_reduced(self) -> None:
         for b in self.buckets:

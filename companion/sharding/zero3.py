@@ -246,8 +246,10 @@ class Zero3(ShardedOptimizer):
         return [self._reduced(unit) for unit in self.units]
 
     @torch.no_grad()
-    def step(self) -> None:
+    def step(self, closure=None) -> Any:
+        loss = self._closure(closure)  # torch's contract: evaluate, then step
         self._step_pieces(self.reduced_grads(), self._got)
+        return loss
 
     def _reduced(self, unit: Unit) -> torch.Tensor:
         """This rank's shard of the unit's summed gradients (zeros if none); frees it."""

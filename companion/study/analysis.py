@@ -61,11 +61,32 @@ class Point:
     efficiency: float = float("nan")
     speedup_min: float = float("nan")  # with the slowest epoch at k, the fastest at 1
     speedup_max: float = float("nan")
+    epochs: int = 0  # timed epochs (over every seed)
 
     @property
     def noisy(self) -> bool:
         """The speed-up's range is wider than its distance from 1 (the 1-device base: False)."""
         return self.n_devices > 1 and self.speedup_max - self.speedup_min > abs(self.speedup - 1)
+
+    @property
+    def flag(self) -> str:
+        """Why this point's speed-up cannot be read as one ('' if it can): see FLAGS."""
+        if self.n_devices == 1 or self.speedup != self.speedup:
+            return ""
+        if self.speedup > self.n_devices:
+            return "over N"
+        if self.epochs == 1:
+            return "1 epoch"
+        return "noise" if self.noisy else ""
+
+
+FLAGS = {
+    "noise": "the speed-up's range (fastest to slowest epochs) is wider than its distance "
+             "from 1",
+    "over N": "faster than N devices can be: the 1-device run was slowed by other work",
+    "1 epoch": "one timed epoch: no range to judge the speed-up by",
+}
+QUIET = "re-measure flagged rows on a quiet machine (nothing else running, load < cores - 1)"
 
 
 def spread(values: Sequence[float]) -> tuple[float, float, float, float]:
@@ -112,7 +133,7 @@ def aggregate(records: Sequence[StudyRecord], mix_precisions: bool = False) -> l
                 precision=precision, seeds=len(by_seed), sec_per_epoch=seconds / len(epochs),
                 samples_per_sec=samples / seconds, **acc,
                 sec_min=min(r.sec_per_epoch for r in epochs),
-                sec_max=max(r.sec_per_epoch for r in epochs),
+                sec_max=max(r.sec_per_epoch for r in epochs), epochs=len(epochs),
             )
         )
     return speedups(points)
@@ -152,24 +173,27 @@ def table(points: Sequence[Point]) -> str:
     """The points as a text table, one line each.
 
     s/epoch is the mean with the fastest and slowest epoch; the speed-up
-    (samples per second over 1 device's) has its range; "noise" replaces the
-    efficiency where that range is wider than the speed-up's distance from 1.
-    A standard deviation is shown only over two seeds or more. The last
-    column is the precision.
+    (samples per second over 1 device's) has its range. A row whose speed-up
+    cannot be read as one (:attr:`Point.flag`: noise, over N, 1 epoch) shows
+    it in parentheses and the flag in place of the efficiency, and the table
+    ends with what each flag means. A standard deviation is shown only over
+    two seeds or more. The last column is the precision.
     """
     head = (
         f"{'method':<12}{'devices':>8}{'batch':>6}{'lr rule':>8}{'seeds':>6}"
-        f"{'test acc':>9}{'(sd)':>8}{'s/epoch':>8}{'[min-max]':>14}{'speed-up':>9}{'effic.':>7}"
+        f"{'test acc':>9}{'(sd)':>8}{'s/epoch':>8}{'[min-max]':>14}{'speed-up':>9}{'effic.':>8}"
         f"  precision"
     )
     lines = [head]
     for p in points:
         sd = f"({p.acc_std:.3f})" if p.seeds > 1 else "-"
-        effic = "noise" if p.noisy else f"{p.efficiency:.0%}"
+        speedup = f"({p.speedup:.2f})" if p.flag else f"{p.speedup:.2f}"
         lines.append(
             f"{p.method:<12}{p.n_devices:>8}{p.global_batch:>6}{p.lr_rule:>8}{p.seeds:>6}"
             f"{p.acc_mean:>9.3f}{sd:>8}{p.sec_per_epoch:>8.3f}"
-            f"{f'[{p.sec_min:.2f}-{p.sec_max:.2f}]':>14}{p.speedup:>9.2f}{effic:>7}"
-            f"  {p.precision}"
+            f"{f'[{p.sec_min:.2f}-{p.sec_max:.2f}]':>14}{speedup:>9}"
+            f"{p.flag or f'{p.efficiency:.0%}':>8}  {p.precision}"
         )
+    flags = sorted({p.flag for p in points} - {""})
+    lines += [f"{flag}: {FLAGS[flag]}" for flag in flags] + ([QUIET] if flags else [])
     return "\n".join(lines)

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from companion.core import scratch_dir
+from companion.core import atomic_write, scratch_dir
 
 pytestmark = pytest.mark.ch5
 
 FAILING = """
-from companion.core import scratch_dir
+from companion.core import atomic_write, scratch_dir
 path = scratch_dir("ch99-")
 (path / "logs").mkdir()
 (path / "logs" / "events").write_text("x")
@@ -38,3 +38,15 @@ def test_a_scratch_folder_is_new_and_empty():
 def test_a_prefix_must_be_a_plain_name(prefix):
     with pytest.raises(ValueError, match="prefix must be a non-empty name"):
         scratch_dir(prefix)
+
+
+def test_a_written_file_gets_the_mode_the_umask_gives_not_mkstemp_s_0600(tmp_path):
+    """Issue 36: results and checkpoints a user writes are readable as their other files are."""
+    import os
+    import stat
+
+    from companion.core.files import _UMASK
+
+    path = atomic_write(tmp_path / "out.txt", lambda f: f.write(b"x"))
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o666 & ~_UMASK
+    assert _UMASK == os.umask(_UMASK)  # the import left the process's umask as it was

@@ -148,3 +148,86 @@ def reading_after_zero3(rank, world_size, tmp):
         seen["fsdp2 save_checkpoint"] = str(err)
     return seen
 
+
+
+def _scheduled(opt):
+    """Warm-up for two steps, then halve the rate every step (torch's own schedulers)."""
+    from torch.optim import lr_scheduler as ls
+
+    return ls.SequentialLR(opt, [ls.LinearLR(opt, 0.25, total_iters=2), ls.StepLR(opt, 1, 0.5)],
+                           milestones=[2])
+
+
+def scheduled_one_process(optimizer):
+    from torch.nn import functional as F
+
+    from companion.sharding.verify import OPTIMIZERS, _model, global_batches
+
+    net = _model()
+    cls, hp = OPTIMIZERS[optimizer]
+    opt = cls([p for p in net.parameters() if p.requires_grad], **hp)
+    sched = _scheduled(opt)
+    for X, y in global_batches(5):
+        F.cross_entropy(net(X), y).backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+    return torch.cat([p.detach().reshape(-1) for p in net.parameters() if p.requires_grad])
+
+
+def optimizer_contract_worker(rank, world_size):
+    """Each stage under torch's schedulers (warm-up, then StepLR) for 5 steps, and each stage
+    resumed from its state_dict() after 3 steps into a fresh model: the whole parameters."""
+    from torch.nn import functional as F
+
+    from companion.sharding import shard
+    from companion.sharding.training import full_parameters
+    from companion.sharding.verify import OPTIMIZERS, _model, global_batches
+
+    batches, out = global_batches(5), {}
+
+    def share_step(model, opt, X, y):
+        X_r, y_r = X.tensor_split(world_size)[rank], y.tensor_split(world_size)[rank]
+        opt.step(lambda: (F.cross_entropy(model(X_r), y_r, reduction="sum") * world_size
+                          / len(y)).backward())
+        opt.zero_grad()
+
+    for method in ("ZeRO-1", "ZeRO-2", "ZeRO-3"):
+        for optimizer in OPTIMIZERS:
+            cls, hp = OPTIMIZERS[optimizer]
+            model, opt = shard(method, _model(), cls, bucket_cap_mb=0.001, **hp)
+            sched = _scheduled(opt)
+            for X, y in batches:
+                share_step(model, opt, X, y)
+                sched.step()
+            out[method, optimizer, "scheduled"] = full_parameters(model, opt)
+            model, opt = shard(method, _model(), cls, bucket_cap_mb=0.001, **hp)
+            for X, y in batches[:3]:
+                share_step(model, opt, X, y)
+            saved, whole = opt.state_dict(), full_parameters(model, opt)
+            fresh = _model()
+            with torch.no_grad():
+                trainable = [p for p in fresh.parameters() if p.requires_grad]
+                torch.nn.utils.vector_to_parameters(whole, trainable)
+            model, opt = shard(method, fresh, cls, bucket_cap_mb=0.001, **hp)
+            opt.load_state_dict(saved)
+            for X, y in batches[3:]:
+                share_step(model, opt, X, y)
+            out[method, optimizer, "resumed"] = full_parameters(model, opt)
+    return out
+
+
+def uninterrupted(optimizer):
+    """One process, five steps, no schedule: what a resumed run must reach."""
+    from torch.nn import functional as F
+
+    from companion.sharding.verify import OPTIMIZERS, _model, global_batches
+
+    net = _model()
+    cls, hp = OPTIMIZERS[optimizer]
+    opt = cls([p for p in net.parameters() if p.requires_grad], **hp)
+    for X, y in global_batches(5):
+        F.cross_entropy(net(X), y).backward()
+        opt.step()
+        opt.zero_grad()
+    return torch.cat([p.detach().reshape(-1) for p in net.parameters() if p.requires_grad])

@@ -66,9 +66,28 @@ def test_a_speedup_made_by_one_slow_epoch_is_marked_noise_not_printed_as_an_effi
     records = [rec("internals", 1, 0, 1, 0.5, 0.35), rec("internals", 1, 0, 2, 0.5, 3.8),
                rec("internals", 2, 0, 1, 0.5, 0.33), rec("internals", 2, 0, 2, 0.5, 0.32)]
     _, two = aggregate(records)
-    assert two.speedup > 6 and two.noisy
-    row = table([two]).splitlines()[1]
-    assert row.endswith("noise  fp32") and "%" not in row
+    assert two.speedup > 6 and two.noisy and two.flag == "over N"  # 6x on 2 devices
+    text = table([two]).splitlines()
+    assert text[1].endswith("over N  fp32") and "%" not in text[1]
+    assert f"({two.speedup:.2f})" in text[1]  # the discredited value, in parentheses
+    assert text[2].startswith("over N: faster than N devices can be") and "quiet" in text[3]
+
+
+@pytest.mark.parametrize("slow, expected", [(1.3, "noise"), (0.65, "")])
+def test_noise_is_a_range_that_reaches_back_to_1(slow, expected):
+    records = [rec("m", 1, 0, 1, 0.5, 1.0), rec("m", 1, 0, 2, 0.5, 1.0),
+               rec("m", 2, 0, 1, 0.5, 0.6), rec("m", 2, 0, 2, 0.5, slow)]
+    _, two = aggregate(records)
+    assert two.flag == expected
+    assert table([two]).count("noise:") == (expected == "noise")
+
+
+def test_a_single_timed_epoch_is_flagged_and_explained():
+    """Issue 36: `--epochs 1` printed a speed-up with no range, unflagged."""
+    records = [rec("m", 1, 0, 1, 0.5, 1.0), rec("m", 2, 0, 1, 0.5, 0.6)]
+    _, two = aggregate(records)
+    assert two.epochs == 1 and two.flag == "1 epoch"
+    assert "1 epoch: one timed epoch" in table([two])
 
 
 def test_one_seed_prints_no_standard_deviation():
@@ -113,6 +132,6 @@ def test_a_comparison_in_two_precisions_is_refused_unless_asked_for():
     speedup = {(p.precision, p.n_devices): p.speedup for p in points}
     assert speedup == pytest.approx({("bf16, channels_last", 1): 1.0, ("bf16, channels_last", 2): 1.25,
                                      ("fp32", 1): 1.0, ("fp32", 2): 2.0})
-    rows = table(points).splitlines()
+    rows = table(points).splitlines()[:len(points) + 1]  # then what the flags mean
     assert rows[0].endswith("precision")
-    assert [row.split("%  ")[-1] for row in rows[1:]] == [p.precision for p in points]
+    assert [row.split("  ")[-1] for row in rows[1:]] == [p.precision for p in points]
