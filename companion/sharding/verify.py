@@ -65,11 +65,16 @@ def one_process(batches, optimizer: str = "Adam", max_grad_norm: float | None = 
     return full_parameters(net, opt)
 
 
-def _share_step(model, optimizer, X: torch.Tensor, y: torch.Tensor, max_grad_norm=None) -> None:
-    """One step on this rank's share of the global batch ``(X, y)``, weighed as above."""
+def _share_loss(model, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """This rank's share of the global batch's mean loss, times ``N`` (weighed as above)."""
     rank, n = dist.get_rank(), dist.get_world_size()
     X_r, y_r = X.tensor_split(n)[rank], y.tensor_split(n)[rank]
-    (F.cross_entropy(model(X_r), y_r, reduction="sum") * n / len(y)).backward()
+    return F.cross_entropy(model(X_r), y_r, reduction="sum") * n / len(y)
+
+
+def _share_step(model, optimizer, X: torch.Tensor, y: torch.Tensor, max_grad_norm=None) -> None:
+    """One step on this rank's share of the global batch ``(X, y)``, weighed as above."""
+    _share_loss(model, X, y).backward()
     if max_grad_norm is not None:
         clip_grad_norm(model, optimizer, max_grad_norm)
     optimizer.step()
@@ -104,9 +109,7 @@ def clip_norm_worker(rank: int, world_size: int, batches) -> dict[tuple[str, boo
         for torch_s in (False, True):
             model, opt = shard(method, _model().to(rank_device()), torch.optim.SGD,
                                find_unused_parameters=True, bucket_cap_mb=0.001, lr=0.1)
-            X, y = (t.to(rank_device()) for t in batches[0])
-            X_r, y_r = X.tensor_split(world_size)[rank], y.tensor_split(world_size)[rank]
-            (F.cross_entropy(model(X_r), y_r, reduction="sum") * world_size / len(y)).backward()
+            _share_loss(model, *(t.to(rank_device()) for t in batches[0])).backward()
             if torch_s:
                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)
                 norm = norm.full_tensor() if isinstance(norm, DTensor) else norm

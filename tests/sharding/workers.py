@@ -178,18 +178,14 @@ def scheduled_one_process(optimizer):
 def optimizer_contract_worker(rank, world_size):
     """Each stage under torch's schedulers (warm-up, then StepLR) for 5 steps, and each stage
     resumed from its state_dict() after 3 steps into a fresh model: the whole parameters."""
-    from torch.nn import functional as F
-
     from companion.sharding import shard
     from companion.sharding.training import full_parameters
-    from companion.sharding.verify import OPTIMIZERS, _model, global_batches
+    from companion.sharding.verify import OPTIMIZERS, _model, _share_loss, global_batches
 
     batches, out = global_batches(5), {}
 
     def share_step(model, opt, X, y):
-        X_r, y_r = X.tensor_split(world_size)[rank], y.tensor_split(world_size)[rank]
-        opt.step(lambda: (F.cross_entropy(model(X_r), y_r, reduction="sum") * world_size
-                          / len(y)).backward())
+        opt.step(lambda: _share_loss(model, X, y).backward())  # step(closure), as torch's
         opt.zero_grad()
 
     for method in ("ZeRO-1", "ZeRO-2", "ZeRO-3"):
@@ -216,18 +212,3 @@ def optimizer_contract_worker(rank, world_size):
             out[method, optimizer, "resumed"] = full_parameters(model, opt)
     return out
 
-
-def uninterrupted(optimizer):
-    """One process, five steps, no schedule: what a resumed run must reach."""
-    from torch.nn import functional as F
-
-    from companion.sharding.verify import OPTIMIZERS, _model, global_batches
-
-    net = _model()
-    cls, hp = OPTIMIZERS[optimizer]
-    opt = cls([p for p in net.parameters() if p.requires_grad], **hp)
-    for X, y in global_batches(5):
-        F.cross_entropy(net(X), y).backward()
-        opt.step()
-        opt.zero_grad()
-    return torch.cat([p.detach().reshape(-1) for p in net.parameters() if p.requires_grad])
