@@ -83,7 +83,7 @@ gpu-check-fp16: gpu-here
 # pyenv's Python 3.13 where there is one (CI's machines have it, not as the global one)
 COLAB_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) python3.13)
 COLAB_VENV ?= .venv-colab
-COLAB := $(COLAB_VENV)/bin
+COLAB := $(abspath $(COLAB_VENV))/bin
 COLAB_WHEEL := _build/colab-wheel
 COLAB_TESTS := tests/core/test_compat.py tests/sharding tests/study tests/elastic/test_package_data.py
 
@@ -100,13 +100,13 @@ colab-wheel: $(COLAB_VENV)/.installed
 	rm -rf build
 	$(COLAB)/python -m pip uninstall -y companion
 	$(COLAB)/python -m pip install $(COLAB_WHEEL)/companion-*.whl
-	cd book && ../$(COLAB)/python -c "import sys, torch, companion; \
+	cd book && $(COLAB)/python -c "import sys, torch, companion; \
 	  print(f'Colab leg: Python {sys.version.split()[0]}, torch {torch.__version__}, companion from {companion.__file__}'); \
 	  sys.exit(0 if 'site-packages' in companion.__file__ else 'companion is not the installed wheel')"
 
 colab-test: colab-wheel
 	scratch=$$(mktemp -d) && cd $$scratch && COMPANION_FROM_WHEEL=1 BOOK_PROFILE=ci \
-	  $(CURDIR)/$(COLAB)/python -m pytest -p no:cacheprovider --import-mode=append \
+	  $(COLAB)/python -m pytest -p no:cacheprovider --import-mode=append \
 	  --rootdir=$(CURDIR) --durations=5 $(addprefix $(CURDIR)/,$(COLAB_TESTS)); \
 	  status=$$?; cd $(CURDIR); rm -rf $$scratch; exit $$status
 

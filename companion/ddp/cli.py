@@ -182,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             for what, path in (("checkpoint", args.checkpoint), ("logs", args.log_dir)):
                 if path:
                     say(f"{what}: {path}")
+        dist.barrier()  # nobody disconnects while a peer may still be reading
     finally:
         if started:
             dist.destroy_process_group()

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from ..core.checks import check_int, check_positive
 from ..runtime.torchrun import TorchrunResult, _stop_tree, private_tmpdir, torchrun_command
@@ -103,42 +104,46 @@ def run_agents(
     ``kill`` maps an agent's index to ``ELASTIC_TEST_KILL`` for it (e.g.
     ``{1: "node:30"}``: that node disappears after step 30). Agents start in
     order, the others once the first listens at the rendezvous endpoint (so
-    the first hosts it); the workers use the loopback interface. After ``timeout``
-    seconds, every agent and its workers are stopped and ``TimeoutError``
-    raised.
+    the first hosts it); the workers use the loopback interface. Each agent
+    writes to files of its own (a pipe read only after another agent ended
+    could fill and stall it). After ``timeout`` seconds, every agent and its
+    workers are stopped and ``TimeoutError`` raised with each one's last output.
     """
     check_positive(timeout, "timeout", "give the seconds the agents may run")
     base = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    with private_tmpdir(base):
+    with private_tmpdir(base) as tmp:
         procs, deadline = [], time.monotonic() + timeout
-        for i, command in enumerate(commands):
+        logs = [(Path(tmp, f"agent{i}.out"), Path(tmp, f"agent{i}.err")) for i in range(len(commands))]
+        for i, (command, (out, err)) in enumerate(zip(commands, logs)):
             env = {**base, KILL_VAR: (kill or {}).get(i, "")}
             argv = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
-            procs.append(
-                subprocess.Popen(
-                    argv,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    env=env,
-                    start_new_session=True,
-                )
-            )
+            with open(out, "w") as stdout, open(err, "w") as stderr:
+                procs.append(subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=True,
+                                              env=env, start_new_session=True))
             if i == 0 and len(commands) > 1:
                 _wait_for_rendezvous(command, procs[0], deadline)
-        outputs = []
         try:
             for proc in procs:
-                outputs.append(proc.communicate(timeout=max(0.1, deadline - time.monotonic())))
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
+            ended = [f"exit {p.returncode}" if p.poll() is not None else "stopped" for p in procs]
             for proc in procs:
                 if proc.poll() is None:
                     _stop_tree(proc)
+            last = "".join(
+                f"\nagent {i} ({how}):\n{_tail(out)}{_tail(err)}"
+                for i, (how, (out, err)) in enumerate(zip(ended, logs))
+            )
             raise TimeoutError(
                 f"{len(commands)} agents did not finish within {timeout:g} s; they and their "
-                f"workers were stopped"
+                f"workers were stopped. Their last output:{last}"
             ) from None
+        outputs = [(out.read_text(), err.read_text()) for out, err in logs]
     return [
         TorchrunResult(shlex.join(c), p.returncode, out, err)
         for c, p, (out, err) in zip(commands, procs, outputs)
     ]
+
+
+def _tail(path: Path, chars: int = 1000) -> str:
+    return path.read_text()[-chars:]

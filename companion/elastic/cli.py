@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             say(summarize(result.records))
             if args.records:
                 save_records(result.records, args.records)
+        dist.barrier()  # nobody disconnects while a peer may still be reading
     finally:
         if started:
             dist.destroy_process_group()

@@ -49,8 +49,9 @@ def test_commands_and_a_timeout_that_stops_every_agent(tmp_path):
                            command[7]] and command[8:] == ["-m", "companion.elastic", "--snapshot", "s.pt"]
     path = tmp_path / "never.pt"  # the second node never comes: the first waits at the rendezvous
     one = agent_command("2", 1, f"127.0.0.1:{free_port()}", "alone", snapshot_args(path))
-    with pytest.raises(TimeoutError, match="1 agents did not finish within 3 s"):
+    with pytest.raises(TimeoutError, match="1 agents did not finish within 3 s") as err:
         run_agents([one], timeout=3)
+    assert "Their last output:\nagent 0 (stopped):" in str(err.value)
     assert_no_process_left(str(path))
     with pytest.raises(ValueError, match="nproc must be an integer >= 1"):
         agent_command("2", 0, "host:1", "job")
