@@ -736,9 +736,10 @@ def test_the_table_covers_every_subpackage():
 # new function): add a row to CASES, or a reason to NO_ROW; an option: a row, or CLI_NO_ROW.
 # ---------------------------------------------------------------------------------------------
 from .sharding.test_bad_input import CASES as SHARDING_CASES  # noqa: E402
+from .slowlinks.test_bad_input import CASES as SLOWLINKS_CASES  # noqa: E402
 
 PACKAGES = ["core", "runtime", "split", "collectives", "dataparallel", "ddp", "pictures",
-            "internals", "sharding", "study", "elastic", "troubleshoot", "bench"]
+            "internals", "sharding", "slowlinks", "study", "elastic", "troubleshoot", "bench"]
 RECORD = "a record (NamedTuple or dataclass) that the package builds and returns; its fields are checked where a function reads them"
 FORMATTER = "an argparse formatter class, handed to ArgumentParser by the package, never a user's value"
 LAUNCHER_PART = "a part of launch() (the supervisor), called with the launcher's own process lists, never a user's values"
@@ -764,6 +765,10 @@ NO_ROW = {  # 'package.name': why it needs no bad-input row
     "internals.dropin_table": "reads the dict that dropin_worker returns, never a user's values",
     "internals.hook_parameters": "called by the wrappers' constructors with their own module and parameters, after those are checked",
     "internals.reachable_parameters": "walks whatever forward returned: a structure without tensors reaches nothing (an empty set), which is no error",
+    "slowlinks.orthonormal": "passes its argument to torch.linalg.qr, which checks it (a matrix, floating point)",
+    "slowlinks.hooks_worker": WORKER, "slowlinks.powersgd_worker": WORKER,
+    "slowlinks.periodic_worker": WORKER, "slowlinks.error_feedback_worker": WORKER,
+    "slowlinks.slowlinks_worker": WORKER, "slowlinks.SlowResult": RECORD, "slowlinks.Link": RECORD,
     "sharding.bench_worker": WORKER, "sharding.compare_worker": WORKER, "sharding.sharded_worker": WORKER,
     "sharding.state_worker": WORKER, "sharding.clip_norm_worker": WORKER, "sharding.time_worker": WORKER,
     "sharding.ShardedResult": RECORD, "sharding.Unit": RECORD, "sharding.GradBucket": RECORD,
@@ -907,7 +912,7 @@ def _covered(public: set[str]) -> set[str]:
     for full in public:
         by_name.setdefault(full.split(".", 1)[1], []).append(full)
     covered = set()
-    for case in [*CASES, *SHARDING_CASES]:  # chapter 9's rows live in tests/sharding/
+    for case in [*CASES, *SHARDING_CASES, *SLOWLINKS_CASES]:  # chapters 9, 10: tests/<package>/
         first = case[0].split()[0]
         if first in public:
             covered.add(first)

@@ -15,7 +15,7 @@ import companion
 pytestmark = pytest.mark.book
 
 PACKAGE = Path(companion.__file__).resolve().parent
-FLOORS = {"core": 0, "runtime": 1, "split": 2, "collectives": 3, "dataparallel": 4, "ddp": 5, "pictures": 6, "internals": 7, "sharding": 8, "study": 9, "elastic": 10, "troubleshoot": 10, "bench": 11}
+FLOORS = {"core": 0, "runtime": 1, "split": 2, "collectives": 3, "dataparallel": 4, "ddp": 5, "pictures": 6, "internals": 7, "sharding": 8, "slowlinks": 9, "study": 10, "elastic": 11, "troubleshoot": 11, "bench": 12}
 MAX_LINES = 300
 
 

@@ -1,6 +1,6 @@
 """A ledger of every collective: how many bytes each rank sends, per kind, per step.
 
-Used in: chapter 9.
+Used in: chapters 9 and 10.
 
 :func:`count_bytes` replaces, for the duration of a ``with`` block, the
 collectives of ``torch.distributed`` that the chapter's code, FSDP2 and
@@ -13,7 +13,9 @@ in chapter 3's terms (messages, bytes):
 * all-reduce of ``B`` bytes: ``2 (N - 1)`` messages, ``2 (N - 1) / N * B`` bytes;
 * reduce-scatter or all-gather: ``N - 1`` messages, ``(N - 1) / N * B`` bytes
   (each is one half of the ring all-reduce);
-* broadcast: ``B`` bytes from the root (counted on every rank as an upper bound).
+* broadcast: ``B`` bytes from the root (counted on every rank as an upper bound);
+* a point-to-point send (``send``, ``isend``: chapter 3's hand-written
+  all-reduces, chapter 10's DiLoCo on them): one message of ``B`` bytes.
 
 So per step with ``psi`` parameters of ``b`` bytes: DDP ``2 (N-1)/N * b psi``;
 ZeRO-1 and ZeRO-2 the same (reduce-scatter + all-gather); ZeRO-3 one more
@@ -48,6 +50,9 @@ KINDS = {
     "all_gather_single": ("all-gather", "output_tensor"),
     "all_gather_into_tensor": ("all-gather", "output_tensor"),
     "broadcast": ("broadcast", "tensor"),
+    "all_gather": ("all-gather", "tensor_list"),  # the list form: the outputs, together
+    "send": ("send", "tensor"),  # point to point (chapter 3's all-reduces): what leaves
+    "isend": ("send", "tensor"),
 }
 
 
@@ -61,6 +66,8 @@ def ring_cost(kind: str, nbytes: int, world_size: int) -> tuple[float, float]:
         return 2.0 * (n - 1), 2.0 * (n - 1) / n * nbytes
     if kind == "broadcast":
         return float(n - 1), float(nbytes)
+    if kind == "send":
+        return 1.0, float(nbytes)
     return float(n - 1), (n - 1) / n * nbytes
 
 
@@ -94,17 +101,19 @@ def _counting(name: str, real, ledger: Ledger):
     signature = inspect.signature(real)
 
     def counted(*args, **kwargs):
-        tensor = signature.bind(*args, **kwargs).arguments[argument]
-        ledger.calls.append((kind, tensor.numel() * tensor.element_size()))
+        value = signature.bind(*args, **kwargs).arguments[argument]
+        tensors = value if isinstance(value, (list, tuple)) else [value]
+        ledger.calls.append((kind, sum(t.numel() * t.element_size() for t in tensors)))
         return real(*args, **kwargs)
 
     return counted
 
 
 @contextlib.contextmanager
-def count_bytes() -> Iterator[Ledger]:
-    """Inside: every collective of :data:`KINDS` that this torch has goes into the yielded ledger."""
-    ledger = Ledger(dist.get_world_size())
+def count_bytes(ledger: Ledger | None = None) -> Iterator[Ledger]:
+    """Inside: every collective of :data:`KINDS` that this torch has goes into the yielded
+    ledger (a new one, or ``ledger``, which then goes on adding up)."""
+    ledger = Ledger(dist.get_world_size()) if ledger is None else ledger
     saved = {name: getattr(dist, name) for name in KINDS if hasattr(dist, name)}
     for name, real in saved.items():
         setattr(dist, name, _counting(name, real, ledger))

@@ -49,12 +49,14 @@ def global_batches(steps: int = 3, n: int = 11, seed: int = 1) -> list[tuple[tor
              torch.randint(0, 10, (n,), generator=g)) for _ in range(steps)]
 
 
-def one_process(batches, optimizer: str = "Adam", max_grad_norm: float | None = None) -> torch.Tensor:
+def one_process(batches, optimizer="Adam", max_grad_norm: float | None = None) -> torch.Tensor:
     """The trainable parameters after one process's steps on the global batches (each
-    step's gradient clipped to ``max_grad_norm`` by torch's ``clip_grad_norm_``, if given)."""
-    check_choice(optimizer, "optimizer", OPTIMIZERS)
+    step's gradient clipped to ``max_grad_norm`` by torch's ``clip_grad_norm_``, if given).
+    ``optimizer``: a name of :data:`OPTIMIZERS`, or ``(class, options)``."""
+    if not isinstance(optimizer, tuple):
+        check_choice(optimizer, "optimizer", OPTIMIZERS)
     net = _model()
-    cls, hp = OPTIMIZERS[optimizer]
+    cls, hp = optimizer if isinstance(optimizer, tuple) else OPTIMIZERS[optimizer]
     opt = cls([p for p in net.parameters() if p.requires_grad], **hp)
     for X, y in batches:
         F.cross_entropy(net(X), y).backward()

@@ -1,0 +1,145 @@
+"""Every method of the chapter behind one call, trained through chapter 5's loop.
+
+Used in: chapter 10.
+
+:func:`communicate_less` wraps a freshly built model (inside a process
+group) in one of :data:`METHODS` and returns ``(model, optimizer)``, driven
+by the ordinary loop: DDP with a communication hook (:mod:`.hooks`,
+:mod:`.powersgd`), or the bare model with a periodic optimizer
+(:mod:`.averaging`). :func:`train_slowlinks` trains whole epochs with one of
+them and writes every collective of the training steps into chapter 9's
+byte ledger. The replicas of local SGD and DiLoCo differ between meetings,
+so each epoch's test accuracy is that of their average (computed aside; the
+training goes on from where each replica was).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, NamedTuple
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ..core.data import Data
+from ..core.profiles import Profile, get_profile
+from ..core.results import Record
+from ..core.training import step_for
+from ..ddp.config import DDPConfig
+from ..ddp.loop import setup_rank
+from ..internals.naive import trainable_parameters
+from ..runtime.epochs import train_epochs
+from ..runtime.group import check_group, ddp_device_ids
+from ..sharding.ledger import Ledger, count_bytes
+from .averaging import DiLoCo, LocalSGD, _Periodic, average_parameters
+from .hooks import HOOKS
+from .powersgd import PowerSGDState, powersgd_hook
+
+__all__ = ["METHODS", "communicate_less", "SlowResult", "train_slowlinks", "slowlinks_worker"]
+
+METHODS = ("DDP", "fp16", "bf16", "PowerSGD r1", "PowerSGD r4", "local SGD H4",
+           "local SGD H16", "DiLoCo H16", "DiLoCo H64")
+_PATTERN = re.compile(r"(DDP|fp16|bf16|mean)$|PowerSGD r(\d+)$|local SGD H(\d+)$|DiLoCo H(\d+)$")
+
+
+def communicate_less(
+    method: str, net: nn.Module, lr: float, momentum: float = 0.0,
+    find_unused_parameters: bool = False, inner_lr: float = 1e-3,
+) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """``net`` and its optimizer under ``method``: a name of :data:`METHODS`, or the same
+    with another number (``"PowerSGD r2"``, ``"local SGD H8"``, ``"DiLoCo H32"``).
+
+    DDP and the hooks, and local SGD, step with SGD (``lr``, ``momentum``);
+    DiLoCo's inner optimizer is AdamW (``inner_lr``), as in the paper, and its
+    outer one SGD with Nesterov momentum 0.9 and lr 0.7.
+    """
+    found = _parse(method)
+    params = [p for _, p in trainable_parameters(net)]
+    hook_name, rank, local, diloco = found.groups()
+    if local or diloco:
+        period = int(local or diloco)
+        if local:
+            return net, LocalSGD(torch.optim.SGD(params, lr=lr, momentum=momentum), period)
+        return net, DiLoCo(torch.optim.AdamW(params, lr=inner_lr), period)
+    ids = ddp_device_ids(next(net.parameters()).device)
+    model = DDP(net, device_ids=ids, find_unused_parameters=find_unused_parameters)
+    if rank:
+        model.register_comm_hook(PowerSGDState(rank=int(rank)), powersgd_hook)
+    else:
+        model.register_comm_hook(None, HOOKS["mean" if hook_name == "DDP" else hook_name][0])
+    return model, torch.optim.SGD(params, lr=lr, momentum=momentum)
+
+
+def _parse(method: str) -> re.Match:
+    found = _PATTERN.match(method) if isinstance(method, str) else None
+    if found is None:
+        raise ValueError(f"method must be one of {', '.join(METHODS)} (or the same with another "
+                         f"number), got {method!r}")
+    return found
+
+
+class SlowResult(NamedTuple):
+    """What :func:`train_slowlinks` returns on each rank."""
+
+    records: list[Record]  # one per epoch on rank 0; [] on the other ranks
+    ledger: Ledger  # every collective of the training steps, on this rank
+    steps: int
+
+
+def _counted(step, ledger: Ledger):
+    def counted_step(*args, **kwargs):
+        with count_bytes(ledger):
+            return step(*args, **kwargs)
+
+    return counted_step
+
+
+def train_slowlinks(
+    data: Data, profile: Profile | str | None = None, method: str = "DDP",
+    momentum: float = 0.0, **options: Any,
+) -> SlowResult:
+    """Train with ``method`` through chapter 5's loop; every rank of a group calls it.
+
+    ``options`` are fields of :class:`~companion.ddp.config.DDPConfig`.
+    """
+    _parse(method)
+    cfg = DDPConfig(get_profile(profile).name, **options).resolve(check_group("train_slowlinks")[1])
+    made, ledger = {}, Ledger(dist.get_world_size())
+
+    def wrap(net: nn.Module) -> nn.Module:
+        model, made["optimizer"] = communicate_less(
+            method, net, cfg.lr, momentum, cfg.find_unused_parameters)
+        return model
+
+    run = setup_rank(data, cfg, method, wrap, make_optimizer=lambda params, lr: made["optimizer"],
+                     make_step=lambda mode: _counted(step_for(mode), ledger))
+    if isinstance(run.optimizer, _Periodic):
+        run.evaluate = _of_the_average(run.evaluate, run.optimizer)
+    records = train_epochs(run)
+    return SlowResult(records, ledger, run.steps)
+
+
+def _of_the_average(evaluate, optimizer: _Periodic):
+    """``evaluate`` run on the replicas' average; each replica then gets its own back."""
+
+    @torch.no_grad()
+    def evaluate_average(net: nn.Module) -> float:
+        params = optimizer.params()
+        own = [p.detach().clone() for p in params]
+        average_parameters(params)
+        try:
+            return evaluate(net)
+        finally:
+            for p, mine in zip(params, own):
+                p.copy_(mine)
+
+    return evaluate_average
+
+
+def slowlinks_worker(
+    rank: int, world_size: int, data: Data, profile: Profile | str | None = None, **options: Any
+) -> SlowResult:
+    """:func:`train_slowlinks` as a worker of :func:`~companion.runtime.launcher.launch`."""
+    return train_slowlinks(data, profile, **options)

@@ -1,0 +1,115 @@
+"""The chapter's exact claims, as workers: each method against torch's or one process.
+
+Used in: chapter 10 (and its tests).
+
+Chapter 9's check (:mod:`companion.sharding.verify`): chapter 6's awkward
+model (tied, frozen and unused parameters, a buffer) in float64, uneven
+local shares of the same global batches, each rank's loss weighed so that
+the mean of the gradients is the global batch's gradient. Where the
+arithmetic is the same, the results are equal bit for bit; where it is the
+same in exact arithmetic, equal up to float64 rounding.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+from torch.distributed.optim import PostLocalSGDOptimizer
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from ..runtime.group import ddp_device_ids, rank_device
+from ..sharding.training import full_parameters
+from ..sharding.verify import _model, _share_step
+from .averaging import DiLoCo, LocalSGD
+from .hooks import HOOKS
+from .powersgd import PowerSGDState, powersgd_hook
+
+__all__ = ["SGD", "hooks_worker", "powersgd_worker", "periodic_worker", "error_feedback_worker"]
+
+SGD = {"SGD": (torch.optim.SGD, {"lr": 0.1}),
+       "SGD momentum": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-2})}
+
+
+def _train(model, optimizer, batches):
+    device = rank_device()
+    for X, y in batches:
+        _share_step(model, optimizer, X.to(device), y.to(device))
+    return full_parameters(model, optimizer)
+
+
+def _ddp(hook, state=None):
+    net = _model().to(rank_device())
+    model = DDP(net, device_ids=ddp_device_ids(rank_device()), find_unused_parameters=True,
+                bucket_cap_mb=0.001)  # several buckets
+    model.register_comm_hook(state, hook)
+    return model, torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=0.1)
+
+
+def hooks_worker(rank: int, world_size: int, batches) -> dict[tuple[str, str], torch.Tensor]:
+    """Worker: ``{(hook, "ours" or "torch"): parameters after SGD steps}`` for each of
+    :data:`~.hooks.HOOKS`."""
+    return {(name, who): _train(*_ddp(hook), batches)
+            for name, pair in HOOKS.items() for who, hook in zip(("ours", "torch"), pair)}
+
+
+def powersgd_worker(rank: int, world_size: int, batches, rank_r: int = 10**6,
+                    error_feedback: bool = True) -> torch.Tensor:
+    """Worker: the parameters after SGD steps with :func:`~.powersgd.powersgd_hook` at rank
+    ``rank_r``, every matrix compressed (``min_compression_rate=0``)."""
+    state = PowerSGDState(rank_r, error_feedback, min_compression_rate=0)
+    return _train(*_ddp(powersgd_hook, state), batches)
+
+
+def _bare(optimizer: str):
+    net = _model().to(rank_device())
+    cls, hp = SGD[optimizer]
+    return net, cls([p for p in net.parameters() if p.requires_grad], **hp)
+
+
+def periodic_worker(rank: int, world_size: int, batches, period: int = 1) -> dict:
+    """Worker: local SGD with each of :data:`SGD`, DiLoCo with inner SGD and outer SGD of
+    lr 1 and no momentum, and torch's ``PostLocalSGDOptimizer`` beside local SGD."""
+    out = {}
+    for optimizer in SGD:
+        net, inner = _bare(optimizer)
+        out["local SGD", optimizer] = _train(net, LocalSGD(inner, period), batches)
+        net, inner = _bare(optimizer)
+        averager = PeriodicModelAverager(period=period, warmup_steps=period - 1)
+        out["torch local SGD", optimizer] = _train(net, PostLocalSGDOptimizer(inner, averager),
+                                                  batches)
+    net, inner = _bare("SGD")
+    out["DiLoCo", "SGD"] = _train(net, DiLoCo(inner, period, outer_lr=1.0, outer_momentum=0.0),
+                                  batches)
+    return out
+
+
+class _Linear(nn.Module):
+    """``loss = sum(W * C)``: the gradient is ``C``, whatever ``W`` is."""
+
+    def __init__(self, shape):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(shape, dtype=torch.float64))
+
+    def forward(self, C: torch.Tensor) -> torch.Tensor:
+        return (self.weight * C).sum()
+
+
+def error_feedback_worker(rank: int, world_size: int, steps: int = 64, rank_r: int = 1,
+                          error_feedback: bool = True, shape=(12, 10)) -> list[float]:
+    """Worker: PowerSGD on a gradient that never changes (rank ``r``'s is a fixed random
+    matrix ``C_r``); after each step, how far the mean of the updates so far is from the
+    true mean gradient ``mean_r C_r``, relative to it."""
+    every = torch.randn(world_size, *shape, generator=torch.Generator().manual_seed(0),
+                        dtype=torch.float64)
+    mine, truth = every[rank].to(rank_device()), every.mean(0)
+    model = DDP(_Linear(shape).to(rank_device()), device_ids=ddp_device_ids(rank_device()))
+    model.register_comm_hook(PowerSGDState(rank_r, error_feedback), powersgd_hook)
+    total, gaps = torch.zeros(shape, dtype=torch.float64), []
+    for step in range(1, steps + 1):
+        model(mine).backward()
+        total += model.module.weight.grad.cpu()
+        model.zero_grad()
+        gaps.append(float((total / step - truth).norm() / truth.norm()))
+    return gaps
