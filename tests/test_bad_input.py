@@ -768,6 +768,7 @@ NO_ROW = {  # 'package.name': why it needs no bad-input row
     "slowlinks.orthonormal": "passes its argument to torch.linalg.qr, which checks it (a matrix, floating point)",
     "slowlinks.hooks_worker": WORKER, "slowlinks.powersgd_worker": WORKER,
     "slowlinks.periodic_worker": WORKER, "slowlinks.error_feedback_worker": WORKER,
+    "slowlinks.torch_powersgd_worker": WORKER, "slowlinks.drift_worker": WORKER,
     "slowlinks.slowlinks_worker": WORKER, "slowlinks.SlowResult": RECORD, "slowlinks.Link": RECORD,
     "sharding.bench_worker": WORKER, "sharding.compare_worker": WORKER, "sharding.sharded_worker": WORKER,
     "sharding.state_worker": WORKER, "sharding.clip_norm_worker": WORKER, "sharding.time_worker": WORKER,

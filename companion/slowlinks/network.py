@@ -20,9 +20,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..core.checks import check_choice
+from ..core.results import Record
 from ..sharding.ledger import Ledger
 
-__all__ = ["Link", "NETWORKS", "link_seconds"]
+__all__ = ["Link", "NETWORKS", "link_seconds", "projected_seconds", "time_to_accuracy"]
 
 
 class Link(NamedTuple):
@@ -52,3 +53,28 @@ def link_seconds(ledger: Ledger, network: str) -> float:
     check_choice(network, "network", NETWORKS)
     link = NETWORKS[network]
     return ledger.seconds(link.alpha, link.beta)
+
+
+def projected_seconds(records: list[Record], ledgers: list[Ledger], network: str) -> list[float]:
+    """The run's time at the end of each epoch on ``network``: each epoch's measured
+    seconds plus what its collectives would take there (no overlap assumed)."""
+    if len(records) != len(ledgers):
+        raise ValueError(f"one ledger per epoch record is needed: {len(records)} records, "
+                         f"{len(ledgers)} ledgers (use SlowResult.epoch_ledgers())")
+    total, out = 0.0, []
+    for record, ledger in zip(records, ledgers):
+        total += record.sec_per_epoch + link_seconds(ledger, network)
+        out.append(total)
+    return out
+
+
+def time_to_accuracy(records: list[Record], ledgers: list[Ledger], network: str,
+                     target: float) -> float | None:
+    """Projected seconds until an epoch's test accuracy first reaches ``target``
+    (``None`` if none does)."""
+    if not 0 < target <= 1:
+        raise ValueError(f"target must be a test accuracy in (0, 1], got {target}")
+    for record, seconds in zip(records, projected_seconds(records, ledgers, network)):
+        if record.test_acc >= target:
+            return seconds
+    return None

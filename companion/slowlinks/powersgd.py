@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from ..core.checks import check_int
-from .hooks import _done, check_bucket
+from .hooks import _done, check_bucket, mean_hook
 
 __all__ = ["PowerSGDState", "powersgd_hook", "orthonormal", "compressed_size"]
 
@@ -47,11 +47,14 @@ class PowerSGDState:
     warm_start: bool = True
     min_compression_rate: float = 2.0
     seed: int = 0
+    start_iter: int = 2  # steps averaged whole before compressing (torch's start_powerSGD_iter)
+    step: int = 0  # the steps done (each one's last bucket counts it)
     errors: dict = field(default_factory=dict)  # bucket index: what this rank did not send
     qs: dict = field(default_factory=dict)  # (bucket index, matrix): Q, the same on every rank
 
     def __post_init__(self):
         check_int(self.rank, "rank", 1, "the rank of the approximation: 1, 2, 4, ...")
+        check_int(self.start_iter, "start_iter", 1, "DDP regroups its buckets after step 1")
         if isinstance(self.min_compression_rate, bool) or not self.min_compression_rate >= 0:
             raise ValueError(f"min_compression_rate must be >= 0, got {self.min_compression_rate}")
 
@@ -76,21 +79,32 @@ def _compressible(g: torch.Tensor, state: PowerSGDState) -> bool:
         return False
     n, m = g.shape[0], math.prod(g.shape[1:])
     r = min(state.rank, n, m)
-    return r >= 1 and n * m >= state.min_compression_rate * r * (n + m)
+    return r >= 1 and state.min_compression_rate * r * (n + m) < n * m
 
 
 def _start_q(state: PowerSGDState, key: tuple[int, int], M: torch.Tensor) -> torch.Tensor:
     """Last step's Q (warm start) or a random one from a seed every rank shares."""
     r = min(state.rank, *M.shape)
-    if state.warm_start and key in state.qs:
+    if state.warm_start and key in state.qs and state.qs[key].shape == (M.shape[1], r):
         return orthonormal(state.qs[key])
     g = torch.Generator().manual_seed(state.seed * 1_000_003 + key[0] * 1009 + key[1])
     return orthonormal(torch.randn(M.shape[1], r, generator=g, dtype=M.dtype).to(M.device))
 
 
 def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """A DDP communication hook: the bucket's matrices averaged through rank-r factors."""
+    """A DDP communication hook: the bucket's matrices averaged through rank-r factors.
+
+    The first ``state.start_iter`` steps average the whole bucket (as torch's
+    hook does for ``start_powerSGD_iter`` steps): DDP regroups its buckets
+    after the first step (in the order the gradients arrived), and what is
+    kept per bucket must not outlive that.
+    """
     buffer, index = check_bucket(bucket), bucket.index()
+    this_step = state.step + 1  # counted from 1
+    if bucket.is_last():
+        state.step += 1
+    if this_step <= state.start_iter:
+        return mean_hook(None, bucket)
     if state.error_feedback:
         buffer.add_(state.errors.get(index, torch.zeros_like(buffer)))
         local = buffer.clone()

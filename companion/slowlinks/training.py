@@ -86,6 +86,13 @@ class SlowResult(NamedTuple):
     records: list[Record]  # one per epoch on rank 0; [] on the other ranks
     ledger: Ledger  # every collective of the training steps, on this rank
     steps: int
+    marks: list[int]  # len(ledger.calls) at the end of each epoch
+
+    def epoch_ledgers(self) -> list[Ledger]:
+        """One ledger per epoch: the collectives of that epoch's steps."""
+        starts = [0, *self.marks[:-1]]
+        return [Ledger(self.ledger.world_size, self.ledger.calls[a:b])
+                for a, b in zip(starts, self.marks)]
 
 
 def _counted(step, ledger: Ledger):
@@ -117,8 +124,9 @@ def train_slowlinks(
                      make_step=lambda mode: _counted(step_for(mode), ledger))
     if isinstance(run.optimizer, _Periodic):
         run.evaluate = _of_the_average(run.evaluate, run.optimizer)
-    records = train_epochs(run)
-    return SlowResult(records, ledger, run.steps)
+    marks: list[int] = []
+    records = train_epochs(run, on_epoch=lambda *_: marks.append(len(ledger.calls)))
+    return SlowResult(records, ledger, run.steps, marks)
 
 
 def _of_the_average(evaluate, optimizer: _Periodic):

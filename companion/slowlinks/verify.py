@@ -15,18 +15,24 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_powersgd
 from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 from torch.distributed.optim import PostLocalSGDOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from ..core.training import set_seed
+from ..ddp.detectors import MistakeDetected, check_replicas_in_sync, fingerprint
+from ..internals.tied_frozen_unused import TiedFrozenUnused
 from ..runtime.group import ddp_device_ids, rank_device
+from ..sharding.ledger import count_bytes
 from ..sharding.training import full_parameters
 from ..sharding.verify import _model, _share_step
 from .averaging import DiLoCo, LocalSGD
 from .hooks import HOOKS
 from .powersgd import PowerSGDState, powersgd_hook
 
-__all__ = ["SGD", "hooks_worker", "powersgd_worker", "periodic_worker", "error_feedback_worker"]
+__all__ = ["SGD", "hooks_worker", "powersgd_worker", "periodic_worker", "error_feedback_worker",
+           "torch_powersgd_worker", "drift_worker"]
 
 SGD = {"SGD": (torch.optim.SGD, {"lr": 0.1}),
        "SGD momentum": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-2})}
@@ -113,3 +119,53 @@ def error_feedback_worker(rank: int, world_size: int, steps: int = 64, rank_r: i
         model.zero_grad()
         gaps.append(float((total / step - truth).norm() / truth.norm()))
     return gaps
+
+
+def torch_powersgd_worker(rank: int, world_size: int, batches, rank_r: int = 1) -> dict:
+    """Worker: the hook written here and torch's ``powerSGD_hook``, both at rank ``rank_r``
+    with error feedback and warm start from step 2: ``{who: (parameters after the steps,
+    bytes this rank sent per step after the first)}``. The model has no unused parameter:
+    with ``find_unused_parameters=True`` torch's hook, which chains its collectives in
+    callbacks, could post them in another order than DDP's own on some rank."""
+    out = {}
+    for who in ("ours", "torch"):
+        if who == "ours":
+            hook, state = powersgd_hook, PowerSGDState(rank_r)
+        else:
+            hook = torch_powersgd.powerSGD_hook
+            state = torch_powersgd.PowerSGDState(None, rank_r, start_powerSGD_iter=2)
+        set_seed(0)
+        net = TiedFrozenUnused(unused=False).double().to(rank_device())
+        model = DDP(net, device_ids=ddp_device_ids(rank_device()))
+        model.register_comm_hook(state, hook)
+        opt = torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=0.1)
+        device = rank_device()
+        _share_step(model, opt, *(t.to(device) for t in batches[0]))
+        with count_bytes() as ledger:
+            for X, y in batches[1:]:
+                _share_step(model, opt, X.to(device), y.to(device))
+        out[who] = (full_parameters(model, opt), ledger.sent() / (len(batches) - 1))
+    return out
+
+
+def drift_worker(rank: int, world_size: int, batches, period: int = 4) -> list[tuple[int, bool, float]]:
+    """Worker: local SGD with ``period``; after each step, whether chapter 5's detector finds
+    the replicas in sync, and how far apart they are (the largest difference of a parameter
+    between two ranks)."""
+    net, inner = _bare("SGD")
+    optimizer, device, seen = LocalSGD(inner, period), rank_device(), []
+    for step, (X, y) in enumerate(batches, 1):
+        _share_step(net, optimizer, X.to(device), y.to(device))
+        prints = [None] * world_size
+        dist.all_gather_object(prints, fingerprint(net))
+        flat = torch.cat([p.detach().reshape(-1) for p in optimizer.params()])
+        low, high = flat.clone(), flat.clone()
+        dist.all_reduce(low, op=dist.ReduceOp.MIN)
+        dist.all_reduce(high, op=dist.ReduceOp.MAX)
+        try:
+            check_replicas_in_sync(prints)
+            in_sync = True
+        except MistakeDetected:
+            in_sync = False
+        seen.append((step, in_sync, float((high - low).max())))
+    return seen

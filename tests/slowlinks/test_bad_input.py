@@ -38,6 +38,9 @@ CASES = [
     ("communicate_less unknown method", lambda t: sl.communicate_less("gossip", LIN, 0.1), ValueError, r"method must be one of DDP, fp16, .* got 'gossip'"),
     ("communicate_less local SGD H0", lambda t: sl.communicate_less("local SGD H0", LIN, 0.1), ValueError, r"period must be an integer >= 1, got 0"),
     ("train_slowlinks unknown method", lambda t: sl.train_slowlinks(None, "ci", "PowerSGD"), ValueError, r"method must be one of .*got 'PowerSGD'"),
+    ("PowerSGDState start_iter=0", lambda t: sl.PowerSGDState(1, start_iter=0), ValueError, r"start_iter must be an integer >= 1, got 0: DDP regroups its buckets"),
+    ("projected_seconds mismatched", lambda t: sl.projected_seconds([1, 2], [], "1 GbE"), ValueError, r"one ledger per epoch record is needed: 2 records, 0 ledgers"),
+    ("time_to_accuracy target=90", lambda t: sl.time_to_accuracy([], [], "1 GbE", 90), ValueError, r"target must be a test accuracy in \(0, 1\], got 90"),
     ("link_seconds unknown network", lambda t: sl.link_seconds(None, "5G"), ValueError, r"unknown network '5G'"),
 ]
 

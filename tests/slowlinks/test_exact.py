@@ -16,8 +16,8 @@ import torch
 
 from companion.runtime import launch
 from companion.sharding.verify import global_batches, one_process
-from companion.slowlinks.verify import (SGD, error_feedback_worker, hooks_worker, periodic_worker,
-                                        powersgd_worker)
+from companion.slowlinks.verify import (SGD, drift_worker, error_feedback_worker, hooks_worker,
+                                        periodic_worker, powersgd_worker, torch_powersgd_worker)
 from tests.threads import at_each_thread_count
 
 pytestmark = pytest.mark.ch10
@@ -96,3 +96,25 @@ def test_error_feedback_makes_powersgd_unbiased(world_size):
                      timeout=240)[0]
     assert with_ef[-1] < 0.1 and with_ef[-1] < with_ef[7] / 4, with_ef[::8]
     assert min(without[32:]) > 0.3, without[::8]
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_powersgd_sends_what_torchs_sends(world_size):
+    """The same tensors compressed, the same factors' sizes: the same bytes per step as
+    torch's powerSGD_hook at ranks 1 and 4. The parameters come out near, not equal: the
+    random start of Q and the orthonormalisation (QR, Gram-Schmidt) differ."""
+    for rank_r in (1, 4):
+        runs = launch(torch_powersgd_worker, world_size, global_batches(6), rank_r=rank_r,
+                      backend="gloo", timeout=240)
+        for got in runs:
+            (ours, ours_sent), (theirs, theirs_sent) = got["ours"], got["torch"]
+            assert ours_sent == theirs_sent
+            assert 0 < float((ours - theirs).norm() / theirs.norm()) < 0.05
+
+
+def test_local_sgd_replicas_drift_between_meetings_and_agree_at_each():
+    """Chapter 5's detector, fired on purpose: out of sync after each local step, in sync
+    (bit for bit) after each meeting."""
+    seen = launch(drift_worker, 3, global_batches(8), period=4, backend="gloo", timeout=240)[0]
+    assert [in_sync for _, in_sync, _ in seen] == [False, False, False, True] * 2
+    assert all((spread == 0) == in_sync and spread < 1 for _, in_sync, spread in seen)
