@@ -14,8 +14,9 @@ in chapter 3's terms (messages, bytes):
 * reduce-scatter or all-gather: ``N - 1`` messages, ``(N - 1) / N * B`` bytes
   (each is one half of the ring all-reduce);
 * broadcast: ``B`` bytes from the root (counted on every rank as an upper bound);
-* a point-to-point send (``send``, ``isend``: chapter 3's hand-written
-  all-reduces, chapter 10's DiLoCo on them): one message of ``B`` bytes.
+* a point-to-point send (``send``, or an ``isend`` posted by
+  ``batch_isend_irecv``: chapter 3's hand-written all-reduces, chapter 10's
+  DiLoCo on them): one message of ``B`` bytes.
 
 So per step with ``psi`` parameters of ``b`` bytes: DDP ``2 (N-1)/N * b psi``;
 ZeRO-1 and ZeRO-2 the same (reduce-scatter + all-gather); ZeRO-3 one more
@@ -52,8 +53,9 @@ KINDS = {
     "broadcast": ("broadcast", "tensor"),
     "all_gather": ("all-gather", "tensor_list"),  # the list form: the outputs, together
     "send": ("send", "tensor"),  # point to point (chapter 3's all-reduces): what leaves
-    "isend": ("send", "tensor"),
 }
+# Chapter 3's sendrecv posts isend/irecv pairs through batch_isend_irecv, whose P2POp accepts
+# only torch's own isend: those are counted there, one "send" per isend of the batch.
 
 
 def ring_cost(kind: str, nbytes: int, world_size: int) -> tuple[float, float]:
@@ -117,6 +119,15 @@ def count_bytes(ledger: Ledger | None = None) -> Iterator[Ledger]:
     saved = {name: getattr(dist, name) for name in KINDS if hasattr(dist, name)}
     for name, real in saved.items():
         setattr(dist, name, _counting(name, real, ledger))
+    saved["batch_isend_irecv"] = batch = dist.batch_isend_irecv
+
+    def counted_batch(p2p_op_list):
+        for op in p2p_op_list:
+            if op.op is dist.isend:
+                ledger.calls.append(("send", op.tensor.numel() * op.tensor.element_size()))
+        return batch(p2p_op_list)
+
+    dist.batch_isend_irecv = counted_batch
     try:
         yield ledger
     finally:

@@ -18,7 +18,9 @@ meeting:
   With inner SGD, ``period=1`` and an outer SGD of lr 1 without momentum
   this is DDP again: ``w0 - mean(w0 - (w0 - lr g_i))``.
 
-A meeting sends the parameters (or the pseudo-gradient) once: with ``H``
+Only parameters meet: buffers (BatchNorm's running statistics) stay each
+rank's own, where DDP broadcasts rank 0's at every forward. A meeting sends
+the parameters (or the pseudo-gradient) once: with ``H``
 steps between meetings, ``1/H`` of what DDP sends. ``allreduce`` is the
 sum used (``dist.all_reduce``, or chapter 3's hand-written ones). Both are
 ``torch.optim.Optimizer``s sharing the inner one's ``param_groups`` and
@@ -66,7 +68,8 @@ class _Periodic(torch.optim.Optimizer):
                             f"torch.optim.SGD(net.parameters(), lr=0.1); got {inner!r}")
         self.period = check_int(period, "period", 1, "the steps between meetings: 1, 4, 16, ...")
         if allreduce is not None and not callable(allreduce):
-            raise TypeError(f"allreduce must be a function such as allreduce_ring, got {allreduce!r}")
+            raise TypeError(
+                f"allreduce must be a function such as allreduce_ring, got {allreduce!r}")
         check_group(type(self).__name__)
         self.inner, self.allreduce, self.steps = inner, allreduce, 0
         torch.optim.Optimizer.__init__(self, self.params(), dict(inner.defaults))
@@ -98,7 +101,8 @@ class _Periodic(torch.optim.Optimizer):
 class LocalSGD(_Periodic):
     """Local steps; every ``period`` steps the replicas' parameters are averaged."""
 
-    def __init__(self, inner: torch.optim.Optimizer, period: int, allreduce: Callable | None = None):
+    def __init__(self, inner: torch.optim.Optimizer, period: int,
+                 allreduce: Callable | None = None):
         super().__init__(inner, period, allreduce)
 
     def meet(self) -> None:
@@ -112,7 +116,8 @@ class DiLoCo(_Periodic):
                  outer_momentum: float = 0.9, allreduce: Callable | None = None):
         check_lr(outer_lr)
         if not 0 <= outer_momentum < 1:
-            raise ValueError(f"outer_momentum must be in [0, 1), got {outer_momentum}: e.g. 0.9, or 0")
+            raise ValueError(
+                f"outer_momentum must be in [0, 1), got {outer_momentum}: e.g. 0.9, or 0")
         super().__init__(inner, period, allreduce)
         self.start = [p.detach().clone().requires_grad_() for p in self.params()]  # w0
         self.outer = torch.optim.SGD(self.start, lr=outer_lr, momentum=outer_momentum,

@@ -12,13 +12,14 @@ return a ``torch.futures.Future`` whose value is a tensor of the buffer's
 size: the **averaged** gradients, which DDP copies into each ``.grad``.
 
 :func:`mean_hook` is DDP's own all-reduce written as a hook (divided by N
-first, as torch's ``allreduce_hook`` does). :func:`cast_hook` sends the bucket in another dtype (``torch.float16`` or
+first, as torch's ``allreduce_hook`` does). :func:`cast_hook` sends the
+bucket in another dtype (``torch.float16`` or
 ``torch.bfloat16``): half the bytes of fp32 (a quarter of fp64), for a
 rounding of each gradient to 11 (fp16) or 8 (bf16) significant bits.
 It divides by the world size *before* the sum, in the narrow dtype, as
 torch's ``fp16_compress_hook`` does, so that a sum of N fp16 values cannot
 overflow where each one did not; the arithmetic is the same, so the result
-is the same, bit for bit (``tests/slowlinks/test_hooks.py``).
+is the same, bit for bit (``tests/slowlinks/test_exact.py``).
 """
 
 import torch
@@ -27,7 +28,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ..core.checks import check_choice
 
-__all__ = ["check_bucket", "mean_hook", "cast_hook", "fp16_hook", "bf16_hook", "HOOKS", "torch_hook"]
+__all__ = ["check_bucket", "mean_hook", "cast_hook", "fp16_hook", "bf16_hook", "HOOKS",
+           "torch_hook"]
 
 def _done(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
     """A future that already holds ``tensor``: these hooks work synchronously."""

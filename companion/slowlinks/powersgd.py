@@ -83,15 +83,19 @@ def _compressible(g: torch.Tensor, state: PowerSGDState) -> bool:
 
 
 def _start_q(state: PowerSGDState, key: tuple[int, int], M: torch.Tensor) -> torch.Tensor:
-    """Last step's Q (warm start) or a random one from a seed every rank shares."""
+    """Last step's Q (warm start) or a random one from a seed every rank shares (a new one
+    each step: the same Q every step would keep projecting onto the same directions)."""
     r = min(state.rank, *M.shape)
     if state.warm_start and key in state.qs and state.qs[key].shape == (M.shape[1], r):
         return orthonormal(state.qs[key])
-    g = torch.Generator().manual_seed(state.seed * 1_000_003 + key[0] * 1009 + key[1])
+    seed = (state.seed * 1_000_003 + state.step) * 1_000_003 + key[0] * 1009 + key[1]
+    g = torch.Generator().manual_seed(seed % 2**63)
     return orthonormal(torch.randn(M.shape[1], r, generator=g, dtype=M.dtype).to(M.device))
 
 
-def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+def powersgd_hook(
+    state: PowerSGDState, bucket: dist.GradBucket
+) -> torch.futures.Future[torch.Tensor]:
     """A DDP communication hook: the bucket's matrices averaged through rank-r factors.
 
     The first ``state.start_iter`` steps average the whole bucket (as torch's
@@ -125,8 +129,8 @@ def powersgd_hook(state: PowerSGDState, bucket: dist.GradBucket) -> torch.future
         M.copy_(P @ Q.T)  # the average, approximated
     if state.warm_start:
         state.qs.update({(index, j): Q for j, Q in enumerate(qs)})
-    if state.error_feedback:
-        state.errors[index] = local - buffer  # what was not sent, sent later
+    if state.error_feedback:  # what was not sent, sent later (for a tensor sent whole, this
+        state.errors[index] = local - buffer  # rank's gap to the mean: the next sum cancels it)
     return _done(buffer)
 
 

@@ -4,9 +4,9 @@ Used in: chapter 10.
 
 :func:`communicate_less` wraps a freshly built model (inside a process
 group) in one of :data:`METHODS` and returns ``(model, optimizer)``, driven
-by the ordinary loop: DDP with a communication hook (:mod:`.hooks`,
-:mod:`.powersgd`), or the bare model with a periodic optimizer
-(:mod:`.averaging`). :func:`train_slowlinks` trains whole epochs with one of
+by the ordinary loop: DDP with a communication hook (:mod:`~companion.slowlinks.hooks`,
+:mod:`~companion.slowlinks.powersgd`), or the bare model with a periodic optimizer
+(:mod:`~companion.slowlinks.averaging`). :func:`train_slowlinks` trains whole epochs with one of
 them and writes every collective of the training steps into chapter 9's
 byte ledger. The replicas of local SGD and DiLoCo differ between meetings,
 so each epoch's test accuracy is that of their average (computed aside; the

@@ -76,15 +76,17 @@ def _bare(optimizer: str):
 
 def periodic_worker(rank: int, world_size: int, batches, period: int = 1) -> dict:
     """Worker: local SGD with each of :data:`SGD`, DiLoCo with inner SGD and outer SGD of
-    lr 1 and no momentum, and torch's ``PostLocalSGDOptimizer`` beside local SGD."""
+    lr 1 and no momentum, and (``period > 1``) torch's ``PostLocalSGDOptimizer`` beside
+    local SGD."""
     out = {}
     for optimizer in SGD:
         net, inner = _bare(optimizer)
         out["local SGD", optimizer] = _train(net, LocalSGD(inner, period), batches)
-        net, inner = _bare(optimizer)
-        averager = PeriodicModelAverager(period=period, warmup_steps=period - 1)
-        out["torch local SGD", optimizer] = _train(net, PostLocalSGDOptimizer(inner, averager),
-                                                  batches)
+        if period > 1:  # torch warns that period 1 is DDP's job
+            net, inner = _bare(optimizer)
+            averager = PeriodicModelAverager(period=period, warmup_steps=period - 1)
+            out["torch local SGD", optimizer] = _train(
+                net, PostLocalSGDOptimizer(inner, averager), batches)
     net, inner = _bare("SGD")
     out["DiLoCo", "SGD"] = _train(net, DiLoCo(inner, period, outer_lr=1.0, outer_momentum=0.0),
                                   batches)
@@ -123,8 +125,8 @@ def error_feedback_worker(rank: int, world_size: int, steps: int = 64, rank_r: i
 
 def torch_powersgd_worker(rank: int, world_size: int, batches, rank_r: int = 1) -> dict:
     """Worker: the hook written here and torch's ``powerSGD_hook``, both at rank ``rank_r``
-    with error feedback and warm start from step 2: ``{who: (parameters after the steps,
-    bytes this rank sent per step after the first)}``. The model has no unused parameter:
+    with error feedback and warm start, compressing from step 3: ``{who: (parameters after
+    the steps, bytes this rank sent per step after the first)}``. The model has no unused parameter:
     with ``find_unused_parameters=True`` torch's hook, which chains its collectives in
     callbacks, could post them in another order than DDP's own on some rank."""
     out = {}
@@ -148,7 +150,7 @@ def torch_powersgd_worker(rank: int, world_size: int, batches, rank_r: int = 1) 
     return out
 
 
-def drift_worker(rank: int, world_size: int, batches, period: int = 4) -> list[tuple[int, bool, float]]:
+def drift_worker(rank: int, world_size: int, batches, period: int = 4) -> list[tuple]:
     """Worker: local SGD with ``period``; after each step, whether chapter 5's detector finds
     the replicas in sync, and how far apart they are (the largest difference of a parameter
     between two ranks)."""

@@ -118,3 +118,25 @@ def test_local_sgd_replicas_drift_between_meetings_and_agree_at_each():
     seen = launch(drift_worker, 3, global_batches(8), period=4, backend="gloo", timeout=240)[0]
     assert [in_sync for _, in_sync, _ in seen] == [False, False, False, True] * 2
     assert all((spread == 0) == in_sync and spread < 1 for _, in_sync, spread in seen)
+
+
+def ledger_of_hand_written_allreduces(rank, world_size):
+    from companion.collectives import ALLREDUCES
+    from companion.sharding.ledger import count_bytes
+
+    out = {}
+    for name in ("naive", "ring", "pipelined ring", "recursive doubling"):
+        with count_bytes() as ledger:
+            ALLREDUCES[name](torch.ones(1000))
+        out[name] = (ledger.counts(), ledger.sent())
+    return out
+
+
+def test_the_ledger_counts_chapter_3s_point_to_point_all_reduces():
+    """A ring all-reduce of B bytes on N ranks: each rank sends 2 (N - 1) messages of B / N
+    bytes (uneven chunks aside), counted as sends, with nothing left uncounted."""
+    runs = launch(ledger_of_hand_written_allreduces, 4, backend="gloo", timeout=120)
+    counts, sent = runs[1]["ring"]
+    assert counts == {"send": 6} and sent == 6 * 1000
+    for name, (counts, sent) in runs[1].items():
+        assert set(counts) == {"send"} and sent > 0, name
