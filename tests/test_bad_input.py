@@ -75,7 +75,9 @@ BENCH_OPTIONS = [("allreduce", "--world-size"), ("allreduce", "--mb"), ("allredu
                  ("loop", "--rounds"), ("split", "--rounds"), ("split", "--steps"),
                  ("split", "--devices"), ("internals", "--world-size"),
                  ("internals", "--global-batch"), ("internals", "--rounds"), ("internals", "--steps"),
-                 ("internals", "--caps")]
+                 ("internals", "--caps"), ("compression", "--world-size"),
+                 ("compression", "--global-batch"), ("compression", "--rounds"),
+                 ("compression", "--steps")]
 
 
 ARGPARSE_REFUSES = [  # (command line, argv) that argparse itself refuses: exit 2 before any work
@@ -550,7 +552,7 @@ CASES = [
     ("bench baseline --workers -1", lambda t: cli(bench_module("baseline").main, "--workers", "-1"), ValueError, r"argument --workers: must be an integer >= 0, got '-1'"),
     ("bench allreduce --mb 1e-7", lambda t: cli(bench_module("allreduce").main, "--mb", "1e-7"), ValueError, r"--mb 1e-07 is less than one float32 \(4 bytes\): give at least 4e-06"),
     *[(f"bench {name} --profile laptop", lambda t, n=name: cli(bench_module(n).main, "--profile", "laptop"), ValueError,
-       r"argument --profile: unknown profile 'laptop'") for name in ("baseline", "dataparallel", "ddp", "internals", "loop", "split")],
+       r"argument --profile: unknown profile 'laptop'") for name in ("baseline", "compression", "dataparallel", "ddp", "internals", "loop", "split")],
     ("bench baseline --limit 0", lambda t: cli(bench_module("baseline").main, "--limit", "0"), ValueError, r"argument --limit: must be a positive, finite int, got '0'"),
     ("bench baseline --rounds 0", lambda t: cli(bench_module("baseline").main, "--rounds", "0"), ValueError, r"argument --rounds: must be a positive, finite int, got '0'"),
 
@@ -768,7 +770,7 @@ NO_ROW = {  # 'package.name': why it needs no bad-input row
     "slowlinks.orthonormal": "passes its argument to torch.linalg.qr, which checks it (a matrix, floating point)",
     "slowlinks.hooks_worker": WORKER, "slowlinks.powersgd_worker": WORKER,
     "slowlinks.periodic_worker": WORKER, "slowlinks.error_feedback_worker": WORKER,
-    "slowlinks.torch_powersgd_worker": WORKER, "slowlinks.drift_worker": WORKER,
+    "slowlinks.torch_powersgd_worker": WORKER, "slowlinks.compression_worker": WORKER, "slowlinks.drift_worker": WORKER,
     "slowlinks.slowlinks_worker": WORKER, "slowlinks.SlowResult": RECORD, "slowlinks.Link": RECORD,
     "sharding.bench_worker": WORKER, "sharding.compare_worker": WORKER, "sharding.sharded_worker": WORKER,
     "sharding.state_worker": WORKER, "sharding.clip_norm_worker": WORKER, "sharding.time_worker": WORKER,
@@ -869,7 +871,8 @@ CLIS = {  # command line -> the module whose main (or parser) builds it
     "study": "companion.study.cli", "ddp": "companion.ddp.cli", "elastic": "companion.elastic.cli",
     "troubleshoot": "companion.troubleshoot.crash",
     **{f"bench {b}": f"companion.bench.{b}" for b in
-       ["allreduce", "baseline", "dataparallel", "ddp", "internals", "launch", "loop", "split"]},
+       ["allreduce", "baseline", "compression", "dataparallel", "ddp", "internals", "launch", "loop",
+        "split"]},
 }
 FLAG = "a flag (store_true): present or absent, no value to get wrong"
 FREE_TEXT = "a path or name that the command only passes on; checked where it is used (rows of the function it reaches)"
@@ -878,6 +881,7 @@ CLI_NO_ROW = {
     "ddp --scale-lr": FLAG, "ddp --find-unused-parameters": FLAG, "ddp --channels-last": FLAG,
     "bench internals --sweep-model": "passed to get_bench_model, whose rows cover unknown names",
     "bench ddp --model": "passed to get_model (ddp --model vgg, get_model unknown)",
+    "bench compression --model": "passed to get_model (ddp --model vgg, get_model unknown)",
     "bench internals --model": "passed to get_model (get_model unknown)",
     "bench baseline --model": "passed to get_model (get_model unknown)",
     "elastic --records": FREE_TEXT,
