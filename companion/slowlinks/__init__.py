@@ -9,18 +9,19 @@ exact claims, as workers).
 """
 
 # Every module's public names, re-exported: ``from companion.slowlinks import ...``.
-from . import averaging, hooks, measure, network, powersgd, training, verify
+from . import averaging, hooks, measure, network, powersgd, streaming, training, verify
 from .averaging import *  # noqa: F401,F403
 from .hooks import *  # noqa: F401,F403
 from .measure import *  # noqa: F401,F403
 from .network import *  # noqa: F401,F403
 from .powersgd import *  # noqa: F401,F403
+from .streaming import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
 from .verify import *  # noqa: F401,F403
 
 __all__ = list(
     dict.fromkeys(
         [*hooks.__all__, *powersgd.__all__, *averaging.__all__, *network.__all__,
-         *training.__all__, *verify.__all__, *measure.__all__]
+         *streaming.__all__, *training.__all__, *verify.__all__, *measure.__all__]
     )
 )

@@ -30,9 +30,10 @@ from ..sharding.verify import _model, _share_step
 from .averaging import DiLoCo, LocalSGD
 from .hooks import HOOKS
 from .powersgd import PowerSGDState, powersgd_hook
+from .streaming import StreamingDiLoCo
 
 __all__ = ["SGD", "hooks_worker", "powersgd_worker", "periodic_worker", "error_feedback_worker",
-           "torch_powersgd_worker", "drift_worker"]
+           "torch_powersgd_worker", "drift_worker", "streaming_worker"]
 
 SGD = {"SGD": (torch.optim.SGD, {"lr": 0.1}),
        "SGD momentum": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-2})}
@@ -171,3 +172,21 @@ def drift_worker(rank: int, world_size: int, batches, period: int = 4) -> list[t
             in_sync = False
         seen.append((step, in_sync, float((high - low).max())))
     return seen
+
+
+def streaming_worker(rank: int, world_size: int, batches, period: int = 4,
+                     settings: dict | None = None) -> dict:
+    """Worker: DiLoCo and Streaming DiLoCo with each of ``settings`` (name: keywords), inner
+    SGD: ``{name: (parameters after the steps, bytes this rank sent in each step)}``."""
+    out, device = {}, rank_device()
+    for name, options in {"DiLoCo": None, **(settings or {})}.items():
+        net, inner = _bare("SGD")
+        optimizer = (DiLoCo(inner, period) if options is None
+                     else StreamingDiLoCo(inner, period, **options))
+        per_step = []
+        for X, y in batches:
+            with count_bytes() as ledger:
+                _share_step(net, optimizer, X.to(device), y.to(device))
+            per_step.append(ledger.sent())
+        out[name] = (full_parameters(net, optimizer), per_step)
+    return out

@@ -41,6 +41,14 @@ CASES = [
     ("PowerSGDState start_iter=0", lambda t: sl.PowerSGDState(1, start_iter=0), ValueError, r"start_iter must be an integer >= 1, got 0: DDP regroups its buckets"),
     ("projected_seconds mismatched", lambda t: sl.projected_seconds([1, 2], [], "1 GbE"), ValueError, r"one ledger per epoch record is needed: 2 records, 0 ledgers"),
     ("time_to_accuracy target=90", lambda t: sl.time_to_accuracy([], [], "1 GbE", 90), ValueError, r"target must be a test accuracy in \(0, 1\], got 90"),
+    ("quantise bits=3", lambda t: sl.quantise(torch.zeros(4), 3), ValueError, r"bits must be 8 or 4, got 3"),
+    ("dequantise bits=16", lambda t: sl.dequantise(torch.zeros(4), torch.ones(1), 16, 4), ValueError, r"bits must be 8 or 4, got 16"),
+    ("StreamingDiLoCo without a group", lambda t: sl.StreamingDiLoCo(sgd(), 4), RuntimeError, r"StreamingDiLoCo needs a process group"),
+    ("StreamingDiLoCo bits=2", lambda t: in_group(lambda: sl.StreamingDiLoCo(sgd(), 4, bits=2)), ValueError, r"bits must be 8 or 4, got 2"),
+    ("StreamingDiLoCo fragments=0", lambda t: in_group(lambda: sl.StreamingDiLoCo(sgd(), 4, fragments=0)), ValueError, r"fragments must be an integer >= 1, got 0"),
+    ("StreamingDiLoCo fragments=100", lambda t: in_group(lambda: sl.StreamingDiLoCo(sgd(), 4, fragments=100)), ValueError, r"fragments must be at most the 8 trainable numbers, got 100"),
+    ("StreamingDiLoCo delay=2 of period 4 in 2", lambda t: in_group(lambda: sl.StreamingDiLoCo(sgd(), 4, delay=2)), ValueError, r"need 0 <= delay < period / fragments and 0 < mix <= 1, got delay 2"),
+    ("StreamingDiLoCo mix=0", lambda t: in_group(lambda: sl.StreamingDiLoCo(sgd(), 4, mix=0)), ValueError, r"0 < mix <= 1"),
     ("link_seconds unknown network", lambda t: sl.link_seconds(None, "5G"), ValueError, r"unknown network '5G'"),
 ]
 
