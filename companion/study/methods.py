@@ -1,4 +1,4 @@
-"""The methods of chapters 2-6 and 9, behind one signature: train one run from scratch.
+"""The methods of chapters 2-6, 9 and 10, behind one signature: train one run from scratch.
 
 Used in: chapter 7.
 
@@ -33,7 +33,9 @@ from ..ddp.training import ddp_worker
 from ..internals.training import internals_worker
 from ..runtime.launcher import launch
 from ..sharding.training import METHODS as SHARDED
+from ..slowlinks.training import METHODS as SLOWLINKS
 from ..sharding.training import sharded_worker
+from ..slowlinks.training import slowlinks_worker
 from ..core.lr import LR_RULES, lr_schedule
 from ..core.precision import PRECISIONS
 from ..core.training import train as train_one_device
@@ -230,5 +232,19 @@ register("allreduce", run_allreduce, chapter=3, processes=True)
 register("dataparallel", run_dataparallel, chapter=4)
 register("ddp", run_ddp, chapter=5, processes=True)
 register("internals", run_internals, chapter=6, processes=True)
+def run_slowlinks(method: str) -> Callable[[RunSpec], list[Record]]:
+    """Chapter 10: a runner for ``method`` of :mod:`companion.slowlinks` (one process per
+    device; DiLoCo's inner AdamW keeps its own lr, the spec's lr is not used)."""
+    check_choice(method, "method", SLOWLINKS)
+
+    def run(spec: RunSpec) -> list[Record]:
+        return run_processes(partial(slowlinks_worker, method=method), spec)
+
+    return run
+
+
 register("zero3", run_sharded("ZeRO-3"), chapter=9, processes=True)
 register("fsdp2", run_sharded("FSDP2"), chapter=9, processes=True)
+register("powersgd", run_slowlinks("PowerSGD r4"), chapter=10, processes=True)
+register("localsgd", run_slowlinks("local SGD H16"), chapter=10, processes=True)
+register("diloco", run_slowlinks("DiLoCo H16"), chapter=10, processes=True)

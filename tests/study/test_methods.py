@@ -39,6 +39,16 @@ def test_chapter_9_sharded_methods_join_the_study_and_train_like_ddp(data):
         torch.testing.assert_close(records[0].test_acc, ddp[0].test_acc, rtol=0, atol=1e-9)
 
 
+def test_chapter_10_methods_join_the_study(data):
+    """PowerSGD, local SGD and DiLoCo through the study's runner: records under their names."""
+    assert [METHODS[m].chapter for m in ("powersgd", "localsgd", "diloco")] == [10, 10, 10]
+    spec = RunSpec(data, "lenet", 2, 64, 0.1, 1, profile="ci")
+    for name in ("powersgd", "localsgd", "diloco"):
+        records = run_method(name, spec)
+        assert [r.method for r in records] == [name] and records[0].n_devices == 2
+        assert 0 < records[0].train_loss < 3 and 0 <= records[0].test_acc <= 1
+
+
 def test_register_is_one_line_and_checks(data):
     def fake(spec):
         return run_method("reference", spec)
