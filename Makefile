@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 NOTEBOOKS := $(wildcard book/*.ipynb)
 
-.PHONY: book test notebooks profile-check colab-wheel colab-test colab-check gpu-check gpu-here gpu-check-tests gpu-check-notebooks gpu-check-fp16 clean
+.PHONY: book test lint notebooks profile-check colab-wheel colab-test colab-check gpu-check gpu-here gpu-check-tests gpu-check-notebooks gpu-check-fp16 clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,13 @@ test: $(VENV)/.installed
 	BOOK_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider --durations=15 tests book \
 	  --nbval --nbval-current-env --nbval-cell-timeout=1800 \
 	  --nbval-sanitize-with tests/nbval_sanitize.cfg
+
+# Lint and format check (ruff, configured in pyproject.toml; .ci/run runs it first).
+# `$(BIN)/ruff format . && $(BIN)/ruff check --fix .` fixes most of what it reports;
+# a reformatted function shown in a chapter means re-running that chapter.
+lint: $(VENV)/.installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # For authors: re-run every chapter with the ci profile and commit the outputs.
 notebooks: $(VENV)/.installed

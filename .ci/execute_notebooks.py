@@ -75,8 +75,13 @@ def problems_of(nb, committed, leftovers: list[str]) -> list[str]:
         for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
             if output.get("output_type") == "error":
                 found.append(f"cell {i}: {output['ename']}: {output['evalue'][:300]}")
-        errs = [o.get("text", "") for o in cell.get("outputs", []) if cell.cell_type == "code"
-                and o.get("output_type") == "stream" and o.get("name") == "stderr"]
+        errs = [
+            o.get("text", "")
+            for o in cell.get("outputs", [])
+            if cell.cell_type == "code"
+            and o.get("output_type") == "stream"
+            and o.get("name") == "stderr"
+        ]
         if errs:
             first = next((t.strip().splitlines()[0] for t in errs if t.strip()), "(blank)")
             found.append(f"cell {i} wrote to stderr ({len(errs)} time(s)): {first[:200]}")
@@ -84,8 +89,10 @@ def problems_of(nb, committed, leftovers: list[str]) -> list[str]:
         want = verdicts(committed)
         for key, got in verdicts(nb).items():
             if key in want and got != want[key]:
-                found.append(f"cell {key[0]}: self-check '{key[1]}' gave {sorted(got)}, "
-                             f"the committed run {sorted(want[key])}")
+                found.append(
+                    f"cell {key[0]}: self-check '{key[1]}' gave {sorted(got)}, "
+                    f"the committed run {sorted(want[key])}"
+                )
     found += [f"left behind in its temporary directory: {name}" for name in leftovers]
     return found
 
@@ -97,8 +104,10 @@ def slowest(nb, k: int = 3) -> str:
         stamps = cell.get("metadata", {}).get("execution", {})
         begin, end = stamps.get("iopub.execute_input"), stamps.get("shell.execute_reply")
         if begin and end:
-            seconds = (datetime.fromisoformat(end.replace("Z", "+00:00"))
-                       - datetime.fromisoformat(begin.replace("Z", "+00:00"))).total_seconds()
+            seconds = (
+                datetime.fromisoformat(end.replace("Z", "+00:00"))
+                - datetime.fromisoformat(begin.replace("Z", "+00:00"))
+            ).total_seconds()
             times.append((seconds, i))
     return ", ".join(f"cell {i} {s:.0f} s" for s, i in sorted(times, reverse=True)[:k])
 
@@ -111,15 +120,25 @@ def run(path: str, out: Path, same_checks: bool, progress: bool = False) -> list
     tmp.mkdir(parents=True)
     patient = Config()
     patient.KernelManager.shutdown_wait_time = 60.0  # exit by itself, atexit handlers run
-    client = NotebookClient(nb, config=patient, timeout=1800, allow_errors=True,
-                            kernel_name="python3",
-                            resources={"metadata": {"path": str(Path(path).parent)}})
+    client = NotebookClient(
+        nb,
+        config=patient,
+        timeout=1800,
+        allow_errors=True,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(Path(path).parent)}},
+    )
     start = time.monotonic()
     if progress:
+
         def done(cell, cell_index, execute_reply, **_):
             if cell.cell_type == "code":
-                print(f"{out.name}/{Path(path).stem}: cell {cell_index} of {len(nb.cells)} done after "
-                      f"{time.monotonic() - start:.0f} s", flush=True)
+                print(
+                    f"{out.name}/{Path(path).stem}: cell {cell_index} of {len(nb.cells)} done after "
+                    f"{time.monotonic() - start:.0f} s",
+                    flush=True,
+                )
+
         client.on_cell_executed = done
     client.execute(env={**os.environ, "TMPDIR": str(tmp)})  # the kernel's, not ours
     seconds = time.monotonic() - start
@@ -143,7 +162,7 @@ def main(argv: list[str]) -> int:
         value = args[at + 1] if at + 1 < len(args) else ""
         if not value.isdigit() or int(value) < 1:
             sys.exit(f"--jobs takes a whole number >= 1, got {value!r}\n{USAGE}")
-        jobs, args = int(value), args[:at] + args[at + 2:]
+        jobs, args = int(value), args[:at] + args[at + 2 :]
     if len(args) < 2:
         sys.exit(USAGE)
     out = Path(args[0])
@@ -155,8 +174,11 @@ def main(argv: list[str]) -> int:
         with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
             runs = [pool.submit(run, path, out, same_checks, progress) for path in args[1:]]
             failures = [p for r in runs for p in r.result()]
-    print("\n".join(failures) or "every cell of every notebook ran cleanly"
-          + (", every self-check as in the committed run" if same_checks else ""))
+    print(
+        "\n".join(failures)
+        or "every cell of every notebook ran cleanly"
+        + (", every self-check as in the committed run" if same_checks else "")
+    )
     print(f"{len(args) - 1} notebook(s) in {time.monotonic() - start:.0f} s")
     return 1 if failures else 0
 

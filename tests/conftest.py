@@ -1,4 +1,5 @@
 """Shared fixtures. Tests mirror the package modules and are marked per chapter."""
+
 from __future__ import annotations
 
 import os
@@ -16,6 +17,18 @@ def pytest_configure(config):
     """nbval's kernels exit as a reader's Jupyter kernel does, into a folder of their own."""
     _nbval_kernels_exit_cleanly()
     _installed_package_if_asked()
+
+
+def _cells_get_nbvals_limit(config, items) -> None:
+    """A notebook cell is held to nbval's limit (``--nbval-cell-timeout``, 1800 s in the
+    Makefile), not to pytest-timeout's 300 s for a test: both are hang detectors, and on
+    2 cores beside two busy processes chapter 2's benchmark cell ran past 300 s."""
+    limit = config.getoption("nbval_cell_timeout", default=None)
+    if limit is None:
+        return
+    for item in items:
+        if type(item).__name__ == "IPyNbCell":  # nbval's item: one cell
+            item.add_marker(pytest.mark.timeout(float(limit)))
 
 
 def _installed_package_if_asked() -> None:
@@ -95,7 +108,9 @@ def _close_figures():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip tests marked ``gpu`` / ``multigpu`` when the GPUs are not there."""
+    """Skip tests marked ``gpu`` / ``multigpu`` when the GPUs are not there; notebook
+    cells get nbval's own time limit."""
+    _cells_get_nbvals_limit(config, items)
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0
     for item in items:
         if "gpu" in item.keywords and n < 1:
@@ -116,7 +131,7 @@ def device(request) -> torch.device:
 @pytest.fixture
 def strict():
     """Equivalence checks compare fp32 with fp32: TF32 off (on a GPU) for the test."""
-    from companion.core.precision import strict_fp32
+    from companion.core.tf32 import strict_fp32
 
     with strict_fp32():
         yield

@@ -35,9 +35,9 @@ def extension():
 def test_every_subpackage_is_on_the_api_page_once():
     names = listed()
     missing = sorted(set(SUBPACKAGES) - set(names))
-    assert (
-        not missing
-    ), f"add a line '```{{companion-package}} companion.<name>' to {PAGE.name} for {missing}"
+    assert not missing, (
+        f"add a line '```{{companion-package}} companion.<name>' to {PAGE.name} for {missing}"
+    )
     assert len(names) == len(set(names)), "a subpackage is listed twice"
     assert set(names) <= set(SUBPACKAGES), "the page lists a subpackage that does not exist"
 

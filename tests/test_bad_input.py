@@ -2,26 +2,27 @@
 expected error, message pattern). Every row calls a public function (or the command line) in
 this process; the process-group-dependent checks run before any collective, so no group is
 needed. A reader can scan the table to see what each function refuses and how."""
+
 import argparse
 import math
 
 import pytest
 import torch
+from torch.utils.data import TensorDataset
 
 import companion.bench as bench
 import companion.collectives as col
 import companion.core as core
 import companion.dataparallel as dp
 import companion.ddp as ddp
+import companion.elastic as el
 import companion.internals as ic
 import companion.pictures as pic
-import companion.elastic as el
 import companion.runtime as rt
 import companion.split as split
 import companion.study as st
 import companion.troubleshoot as ts
 from companion.elastic import cli as _elastic_cli  # noqa: F401  (el.cli)
-from torch.utils.data import TensorDataset
 
 NAN, INF = math.nan, math.inf
 # troubleshoot's main without torch's @record, whose fault handler needs a real stderr
@@ -67,6 +68,8 @@ def ddp_cli(*argv):
         raise ValueError(f"argparse exited with {exit_.code}") from None
 
 
+# A table, one row per line: not reformatted.
+# fmt: off
 BENCH_OPTIONS = [("allreduce", "--world-size"), ("allreduce", "--mb"), ("allreduce", "--repeats"),
                  ("dataparallel", "--batch-sizes"), ("dataparallel", "--steps"),
                  ("dataparallel", "--rounds"), ("dataparallel", "--devices"),
@@ -78,8 +81,11 @@ BENCH_OPTIONS = [("allreduce", "--world-size"), ("allreduce", "--mb"), ("allredu
                  ("internals", "--caps"), ("compression", "--world-size"),
                  ("compression", "--global-batch"), ("compression", "--rounds"),
                  ("compression", "--steps")]
+# fmt: on
 
 
+# A table, one row per line: not reformatted.
+# fmt: off
 ARGPARSE_REFUSES = [  # (command line, argv) that argparse itself refuses: exit 2 before any work
     ('ddp', ["--profile", "laptop"]),
     ('ddp', ["--lr", "0"]),
@@ -97,7 +103,11 @@ ARGPARSE_REFUSES = [  # (command line, argv) that argparse itself refuses: exit 
     ('elastic', ["--snapshot", "s.pt", "--backend", "mpi"]),
     ('elastic', ["--snapshot", "s.pt", "--timeout", "0"]),
 ]
-CLI_CHECKS = {"ddp": lambda *argv: ddp_cli(*argv), "elastic": lambda *argv: elastic_cli(*argv)}  # defined below
+# fmt: on
+CLI_CHECKS = {
+    "ddp": lambda *argv: ddp_cli(*argv),
+    "elastic": lambda *argv: elastic_cli(*argv),
+}  # defined below
 
 
 def bench_cli(name, option, value):
@@ -154,12 +164,21 @@ def elastic_cli(*argv):
 
 def step(X=X, y=Y, loss=None):
     model = net()
-    return core.train_step(model, X, y, loss or torch.nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), 0.1))
+    return core.train_step(
+        model, X, y, loss or torch.nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), 0.1)
+    )
 
 
 def accumulate(X=X, y=Y, micro_batches=1):
     model = net()
-    return ic.accumulation_step(model, X, y, torch.nn.CrossEntropyLoss(), torch.optim.SGD(model.parameters(), 0.1), micro_batches)
+    return ic.accumulation_step(
+        model,
+        X,
+        y,
+        torch.nn.CrossEntropyLoss(),
+        torch.optim.SGD(model.parameters(), 0.1),
+        micro_batches,
+    )
 
 
 def in_group(call):
@@ -198,6 +217,8 @@ def write(tmp, name, data: bytes):
 
 
 # (id, call(tmp_path), expected error, message pattern: the argument, the value, the fix)
+# A table, one row per line: not reformatted.
+# fmt: off
 CASES = [
     ("study.run_sharded unknown method", lambda t: st.run_sharded("ZeRO-4"), ValueError, r"unknown method 'ZeRO-4'; choose one of"),
     ("check_fp32 bf16", lambda t: core.check_fp32(core.MathMode("bf16", "cpu"), "split.train"), ValueError, r"split\.train computes in fp32 only, got precision=bf16: pass precision='fp32'"),
@@ -713,7 +734,14 @@ CASES = [
     ("Residual stride=0", lambda t: core.Residual(3, 3, stride=0), ValueError, r"stride must be an integer >= 1, got 0"),
     ("Residual out_channels=2.0", lambda t: core.Residual(3, 2.0), TypeError, r"out_channels must be an integer >= 1, got 2\.0"),
     ("lenet_bn num_classes=0", lambda t: core.lenet_bn(0), ValueError, r"num_classes must be an integer >= 1, got 0"),
+    ("core.Ratio no rounds", lambda t: core.Ratio.of([]), ValueError, r"a ratio needs one or more positive, finite per-round values, got \[\]"),
+    ("core.paired_ratio uneven rounds", lambda t: core.paired_ratio([1.0], [1.0, 2.0]), ValueError, r"paired rounds need as many times on each side, got 1 and 2: time both sides in every round"),
+    ("core.LoadWatch own=0", lambda t: core.LoadWatch(0), ValueError, r"own must be an integer >= 1, got 0"),
+    ("core.Target op '<'", lambda t: core.Target("a / b", "<", 1.0, "bench x"), ValueError, r"op"),
+    ("core.judge against a word", lambda t: core.judge(core.Ratio.of([1.0, 2.0]), "fast"), TypeError, r"against must be a positive, finite number, got .fast. of type str: a Target from TARGETS, or 1"),
+    ("core.rotated nothing to rotate", lambda t: core.rotated([], 1), ValueError, r"nothing to rotate: give the sides that take turns"),
 ]
+# fmt: on
 
 
 @pytest.mark.parametrize("call, error, message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -740,10 +768,15 @@ def test_the_table_covers_every_subpackage():
 from .sharding.test_bad_input import CASES as SHARDING_CASES  # noqa: E402
 from .slowlinks.test_bad_input import CASES as SLOWLINKS_CASES  # noqa: E402
 
+# A table, one row per line: not reformatted.
+# fmt: off
 PACKAGES = ["core", "runtime", "split", "collectives", "dataparallel", "ddp", "pictures",
             "internals", "sharding", "slowlinks", "study", "elastic", "troubleshoot", "bench"]
+# fmt: on
 RECORD = "a record (NamedTuple or dataclass) that the package builds and returns; its fields are checked where a function reads them"
-FORMATTER = "an argparse formatter class, handed to ArgumentParser by the package, never a user's value"
+FORMATTER = (
+    "an argparse formatter class, handed to ArgumentParser by the package, never a user's value"
+)
 LAUNCHER_PART = "a part of launch() (the supervisor), called with the launcher's own process lists, never a user's values"
 NO_INPUT = "takes no argument that a user could get wrong (it reads the machine, the environment or the OS)"
 CLI_FUNCTIONS = {  # the command lines' entry points, covered by the command-line rows of their CLI
@@ -758,25 +791,47 @@ TAKES_OWN = "takes only objects the package builds for it (a Rank from setup_ran
 NO_ROW = {  # 'package.name': why it needs no bad-input row
     "core.reduce_scatter_single": "passes its arguments to torch.distributed's own collective, which checks them",
     "core.all_gather_single": "passes its arguments to torch.distributed's own collective, which checks them",
-    "runtime.train_epochs": TAKES_OWN, "runtime.epoch_record": TAKES_OWN, "runtime.Rank": RECORD,
-    "internals.fill_unused": TAKES_OWN, "internals.used_anywhere": TAKES_OWN, "internals.sample_weight": TAKES_OWN,
-    "internals.recording": TAKES_OWN, "elastic.StepLog": TAKES_OWN,
-    "internals.can_finish_in_backward": "takes no argument", "internals.in_backward": "takes no argument",
+    "runtime.train_epochs": TAKES_OWN,
+    "runtime.epoch_record": TAKES_OWN,
+    "runtime.Rank": RECORD,
+    "internals.fill_unused": TAKES_OWN,
+    "internals.used_anywhere": TAKES_OWN,
+    "internals.sample_weight": TAKES_OWN,
+    "internals.recording": TAKES_OWN,
+    "elastic.StepLog": TAKES_OWN,
+    "internals.can_finish_in_backward": "takes no argument",
+    "internals.in_backward": "takes no argument",
     "internals.dropin_worker": "a worker that runs the package's own cases, with no argument but rank and world size",
     "internals.unused_after_accumulation": "a worker that runs one of the package's own cases, with no argument but rank and world size",
     "internals.dropin_table": "reads the dict that dropin_worker returns, never a user's values",
     "internals.hook_parameters": "called by the wrappers' constructors with their own module and parameters, after those are checked",
     "internals.reachable_parameters": "walks whatever forward returned: a structure without tensors reaches nothing (an empty set), which is no error",
     "slowlinks.orthonormal": "passes its argument to torch.linalg.qr, which checks it (a matrix, floating point)",
-    "slowlinks.hooks_worker": WORKER, "slowlinks.powersgd_worker": WORKER,
-    "slowlinks.periodic_worker": WORKER, "slowlinks.error_feedback_worker": WORKER,
-    "slowlinks.torch_powersgd_worker": WORKER, "slowlinks.compression_worker": WORKER,
-    "slowlinks.streaming_worker": WORKER, "slowlinks.drift_worker": WORKER,
-    "slowlinks.slowlinks_worker": WORKER, "slowlinks.SlowResult": RECORD, "slowlinks.Link": RECORD,
-    "sharding.bench_worker": WORKER, "sharding.compare_worker": WORKER, "sharding.sharded_worker": WORKER,
-    "sharding.state_worker": WORKER, "sharding.clip_norm_worker": WORKER, "sharding.time_worker": WORKER,
-    "sharding.ShardedResult": RECORD, "sharding.Unit": RECORD, "sharding.GradBucket": RECORD,
+    "slowlinks.hooks_worker": WORKER,
+    "slowlinks.powersgd_worker": WORKER,
+    "slowlinks.periodic_worker": WORKER,
+    "slowlinks.error_feedback_worker": WORKER,
+    "slowlinks.torch_powersgd_worker": WORKER,
+    "slowlinks.compression_worker": WORKER,
+    "slowlinks.streaming_worker": WORKER,
+    "slowlinks.drift_worker": WORKER,
+    "slowlinks.slowlinks_worker": WORKER,
+    "slowlinks.SlowResult": RECORD,
+    "slowlinks.Link": RECORD,
+    "sharding.bench_worker": WORKER,
+    "sharding.compare_worker": WORKER,
+    "sharding.sharded_worker": WORKER,
+    "sharding.state_worker": WORKER,
+    "sharding.clip_norm_worker": WORKER,
+    "sharding.time_worker": WORKER,
+    "sharding.ShardedResult": RECORD,
+    "sharding.Unit": RECORD,
+    "sharding.GradBucket": RECORD,
     "sharding.Ledger": "a counter that count_bytes() installs; it takes no user value",
+    "core.Load": RECORD,
+    "core.Verdict": RECORD,
+    "core.load_average": NO_INPUT,
+    "core.record_maker": "called by the package's trainers with the labels they have checked, never a user's values",
     "core.headroom": "sets the limits of an axes the package's own plot functions drew",
     "core.legend_below": "lays out a figure the package's own plot functions drew",
     "sharding.guard_reads": "called by Zero3 on the modules it has just sharded, never with a user's values",
@@ -869,14 +924,29 @@ NO_ROW = {  # 'package.name': why it needs no bad-input row
 }
 
 CLIS = {  # command line -> the module whose main (or parser) builds it
-    "study": "companion.study.cli", "ddp": "companion.ddp.cli", "elastic": "companion.elastic.cli",
+    "study": "companion.study.cli",
+    "ddp": "companion.ddp.cli",
+    "elastic": "companion.elastic.cli",
     "troubleshoot": "companion.troubleshoot.crash",
-    **{f"bench {b}": f"companion.bench.{b}" for b in
-       ["allreduce", "baseline", "compression", "dataparallel", "ddp", "internals", "launch", "loop",
-        "split"]},
+    **{
+        f"bench {b}": f"companion.bench.{b}"
+        for b in [
+            "allreduce",
+            "baseline",
+            "compression",
+            "dataparallel",
+            "ddp",
+            "internals",
+            "launch",
+            "loop",
+            "split",
+        ]
+    },
 }
 FLAG = "a flag (store_true): present or absent, no value to get wrong"
 FREE_TEXT = "a path or name that the command only passes on; checked where it is used (rows of the function it reaches)"
+# A table, one row per line: not reformatted.
+# fmt: off
 CLI_NO_ROW = {
     "study --no-progress": FLAG, "study --model": "passed to get_model, whose rows cover unknown names (get_model unknown)",
     "ddp --scale-lr": FLAG, "ddp --find-unused-parameters": FLAG, "ddp --channels-last": FLAG,
@@ -887,6 +957,7 @@ CLI_NO_ROW = {
     "bench baseline --model": "passed to get_model (get_model unknown)",
     "elastic --records": FREE_TEXT,
 }
+# fmt: on
 
 
 def _public_callables() -> set[str]:
@@ -951,6 +1022,7 @@ def _parsers(clis=None) -> dict[str, "argparse.ArgumentParser"]:
 
     parsers = {}
     for cli_name, module in (CLIS if clis is None else clis).items():
+
         def stop(parser, *args, **kwargs):
             parsers[cli_name] = parser
             raise Built
@@ -996,7 +1068,9 @@ def test_a_resume_with_nothing_left_to_do_says_so(tmp_path):
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = el.warmup_schedule(optimizer, 1)
     path = tmp_path / "s.pt"
-    el.save_snapshot(el.make_snapshot(model, optimizer, scheduler, epoch=2, position=0, step=8, config={}), path)
+    el.save_snapshot(
+        el.make_snapshot(model, optimizer, scheduler, epoch=2, position=0, step=8, config={}), path
+    )
     for epochs in (1, 2):
         said = el.cli.nothing_left(str(path), epochs)
         assert said == (
@@ -1008,9 +1082,22 @@ def test_a_resume_with_nothing_left_to_do_says_so(tmp_path):
 
 
 def test_one_seed_prints_no_spread():
-    point = dict(method="ddp", n_devices=1, global_batch=8, lr_rule="none", acc_mean=0.5, acc_std=0.0,
-                 acc_min=0.5, acc_max=0.5, sec_per_epoch=1.0, samples_per_sec=8.0, sec_min=1.0, sec_max=1.0,
-                 speedup=1.0, efficiency=1.0)
+    point = dict(
+        method="ddp",
+        n_devices=1,
+        global_batch=8,
+        lr_rule="none",
+        acc_mean=0.5,
+        acc_std=0.0,
+        acc_min=0.5,
+        acc_max=0.5,
+        sec_per_epoch=1.0,
+        samples_per_sec=8.0,
+        sec_min=1.0,
+        sec_max=1.0,
+        speedup=1.0,
+        efficiency=1.0,
+    )
     one, three = st.table([st.Point(seeds=1, **point)]), st.table([st.Point(seeds=3, **point)])
     assert "(0.000)" not in one and one.splitlines()[1].split()[6] == "-"
     assert three.splitlines()[1].split()[6] == "(0.000)"  # three seeds that agree: a spread of 0
@@ -1021,8 +1108,13 @@ def test_every_help_is_plain_text():
     shows as noise."""
     import re
 
-    every = {**CLIS, "bench record": "companion.bench.record",
-             "bench sharding": "companion.bench.sharding"}
-    marked = {name: re.findall(r"``|:[a-z]+:`|::$", parser.format_help(), re.M)
-              for name, parser in _parsers(every).items()}
+    every = {
+        **CLIS,
+        "bench record": "companion.bench.record",
+        "bench sharding": "companion.bench.sharding",
+    }
+    marked = {
+        name: re.findall(r"``|:[a-z]+:`|::$", parser.format_help(), re.M)
+        for name, parser in _parsers(every).items()
+    }
     assert not {name: found for name, found in marked.items() if found}

@@ -1,4 +1,5 @@
 """The book's conventions, checked from the files: config, table of contents, notebooks."""
+
 import ast
 import json
 import re
@@ -37,7 +38,9 @@ def code_cells(nb: dict) -> list[dict]:
 
 def test_config_builds_from_committed_outputs_with_colab_buttons():
     assert CONFIG["execute"]["execute_notebooks"] == "off"
-    assert CONFIG["execute"]["timeout"] > 0 and CONFIG["sphinx"]["config"]["nb_execution_timeout"] > 0
+    assert (
+        CONFIG["execute"]["timeout"] > 0 and CONFIG["sphinx"]["config"]["nb_execution_timeout"] > 0
+    )
     assert CONFIG["only_build_toc_files"] is True
     assert CONFIG["launch_buttons"]["colab_url"] == "https://colab.research.google.com"
     assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", CONFIG["repository"]["url"])
@@ -51,7 +54,9 @@ def test_every_toc_entry_exists_and_every_chapter_is_listed():
     for entry in listed:
         assert any((ROOT / f"{entry}{ext}").exists() for ext in (".ipynb", ".md")), entry
     for nb in NOTEBOOKS:
-        assert nb.relative_to(ROOT).with_suffix("").as_posix() in listed, f"{nb.name} is not in _toc.yml"
+        assert nb.relative_to(ROOT).with_suffix("").as_posix() in listed, (
+            f"{nb.name} is not in _toc.yml"
+        )
 
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
@@ -67,12 +72,16 @@ def test_first_code_cell_installs_companion_in_colab_from_the_configured_repo(nb
 def test_outputs_are_committed_fresh_and_clean(nb_path):
     cells = code_cells(load(nb_path))
     counts = [c["execution_count"] for c in cells]
-    assert counts == list(range(1, len(cells) + 1)), "re-run the whole notebook with BOOK_PROFILE=ci"
+    assert counts == list(range(1, len(cells) + 1)), (
+        "re-run the whole notebook with BOOK_PROFILE=ci"
+    )
     for cell in cells:
         for out in cell["outputs"]:
             assert out["output_type"] != "error", "".join(cell["source"])
             if out.get("name") == "stderr":
-                pytest.fail(f"stderr in committed output (warnings break nbval): {''.join(out['text'])[:200]}")
+                pytest.fail(
+                    f"stderr in committed output (warnings break nbval): {''.join(out['text'])[:200]}"
+                )
 
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
@@ -80,7 +89,9 @@ def test_notebooks_show_package_code_instead_of_retyping_it(nb_path):
     package_names = set()
     for f in Path(companion.__file__).parent.rglob("*.py"):
         tree = ast.parse(f.read_text())
-        package_names |= {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        package_names |= {
+            n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+        }
     for cell in code_cells(load(nb_path)):
         for name in re.findall(r"^\s*(?:def|class)\s+(\w+)", "".join(cell["source"]), re.M):
             assert name not in package_names, f"{nb_path.name} redefines companion's {name}"
@@ -117,9 +128,15 @@ def test_long_inputs_and_outputs_are_folded_on_the_page(nb_path):
 # it may only go down, and the test says so when it can.
 WIDTH = 100
 KNOWN_WIDE = {
-    "appendix_troubleshooting": 12, "ch01_one_device": 2, "ch02_split_by_hand": 1,
-    "ch03_allreduce_by_hand": 1, "ch04_dataparallel": 2, "ch05_ddp": 0, "ch06_inside_ddp": 4,
-    "ch07_scaling_study": 31, "ch08_fault_tolerance_and_many_nodes": 7,
+    "appendix_troubleshooting": 12,
+    "ch01_one_device": 1,
+    "ch02_split_by_hand": 1,
+    "ch03_allreduce_by_hand": 1,
+    "ch04_dataparallel": 2,
+    "ch05_ddp": 0,
+    "ch06_inside_ddp": 4,
+    "ch07_scaling_study": 31,
+    "ch08_fault_tolerance_and_many_nodes": 7,
     "ch09_sharded_data_parallel": 6,
 }
 
@@ -139,8 +156,12 @@ def shown_lines(cell: dict) -> list[str]:
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_new_line_is_wider_than_the_code_column(nb_path):
-    wide = [(i, len(line)) for i, cell in enumerate(code_cells(load(nb_path)))
-            for line in shown_lines(cell) if len(line) > WIDTH]
+    wide = [
+        (i, len(line))
+        for i, cell in enumerate(code_cells(load(nb_path)))
+        for line in shown_lines(cell)
+        if len(line) > WIDTH
+    ]
     known = KNOWN_WIDE.get(nb_path.stem, 0)
     assert len(wide) <= known, f"lines over {WIDTH} characters (code cell number, length): {wide}"
     assert len(wide) == known, f"only {len(wide)} wide lines left: lower KNOWN_WIDE to that"

@@ -5,6 +5,7 @@ each chapter package imports core, runtime and earlier chapters, never later
 ones; bench (the top) may import anything. The package's face
 (``companion/__init__.py``) only re-exports.
 """
+
 import ast
 from pathlib import Path
 
@@ -15,7 +16,22 @@ import companion
 pytestmark = pytest.mark.book
 
 PACKAGE = Path(companion.__file__).resolve().parent
-FLOORS = {"core": 0, "runtime": 1, "split": 2, "collectives": 3, "dataparallel": 4, "ddp": 5, "pictures": 6, "internals": 7, "sharding": 8, "slowlinks": 9, "study": 10, "elastic": 11, "troubleshoot": 11, "bench": 12}
+FLOORS = {
+    "core": 0,
+    "runtime": 1,
+    "split": 2,
+    "collectives": 3,
+    "dataparallel": 4,
+    "ddp": 5,
+    "pictures": 6,
+    "internals": 7,
+    "sharding": 8,
+    "slowlinks": 9,
+    "study": 10,
+    "elastic": 11,
+    "troubleshoot": 11,
+    "bench": 12,
+}
 MAX_LINES = 300
 
 
@@ -38,8 +54,13 @@ def imports_of(path: Path) -> set[str]:
                 target = node.module or ""
             if target == "companion" or target.startswith("companion."):
                 found.add(target)
-                found |= {f"{target}.{a.name}" for a in node.names
-                          if (PACKAGE.parent / f"{target}.{a.name}".replace(".", "/")).with_suffix(".py").exists()}
+                found |= {
+                    f"{target}.{a.name}"
+                    for a in node.names
+                    if (PACKAGE.parent / f"{target}.{a.name}".replace(".", "/"))
+                    .with_suffix(".py")
+                    .exists()
+                }
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("companion")}
     return found - {name}
@@ -67,8 +88,12 @@ def test_imports_only_go_down(name):
         return
     for target in GRAPH[name]:
         theirs = floor(target)
-        assert theirs is not None, f"{name} imports the package's face {target}: import from the module"
-        assert theirs <= mine, f"{name} (floor {mine}) imports {target} (floor {theirs}), a higher floor"
+        assert theirs is not None, (
+            f"{name} imports the package's face {target}: import from the module"
+        )
+        assert theirs <= mine, (
+            f"{name} (floor {mine}) imports {target} (floor {theirs}), a higher floor"
+        )
 
 
 def test_no_import_cycles():

@@ -5,6 +5,7 @@ and 8 left their work folders in ``/tmp`` on every CI run. ``tests/conftest.py``
 asks the kernel to shut down instead (as Jupyter does) and checks its private
 ``TMPDIR``; these tests run nbval on two small notebooks through that conftest.
 """
+
 import os
 import subprocess
 import sys
@@ -19,17 +20,37 @@ pytestmark = pytest.mark.book
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_nbval(tmp_path: Path, *sources: str) -> subprocess.CompletedProcess:
+def run_nbval(tmp_path: Path, *sources: str, options=()) -> subprocess.CompletedProcess:
     book = tmp_path / "nb.ipynb"
     nbformat.write(new_notebook(cells=[new_code_cell(s) for s in sources]), book)
     system_tmp = tmp_path / "system-tmp"  # where a killed kernel's files would stay
     system_tmp.mkdir()
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # keep the caller's
+    path = os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])
+    )  # keep the caller's
     env = {**os.environ, "TMPDIR": str(system_tmp), "PYTHONPATH": path}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider",
-         "--nbval-lax", "--nbval-current-env", "-q", str(book), "--rootdir", str(tmp_path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "tests.conftest",
+            "-p",
+            "no:cacheprovider",
+            "--nbval-lax",
+            "--nbval-current-env",
+            "-q",
+            *options,
+            str(book),
+            "--rootdir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     done.system_tmp = sorted(p.name for p in system_tmp.iterdir())
     return done
@@ -52,3 +73,21 @@ def test_a_file_left_in_the_kernels_temporary_folder_fails_the_run(tmp_path):
     )
     assert done.returncode != 0, done.stdout
     assert "left ['stray'] in its temporary folder" in done.stdout
+
+
+def test_a_cell_is_held_to_nbvals_limit_not_to_pytest_timeouts():
+    """Under two busy processes chapter 2's benchmark cell ran past pytest-timeout's 300 s
+    and failed CI; a cell now gets --nbval-cell-timeout (1800 s in the Makefile)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        slow = run_nbval(
+            Path(folder), "import time\ntime.sleep(4)", options=("--timeout=2",
+            "--nbval-cell-timeout=120"),
+        )  # fmt: skip
+        assert slow.returncode == 0, slow.stdout + slow.stderr
+    with tempfile.TemporaryDirectory() as folder:  # the cell's own limit still holds
+        hung = run_nbval(
+            Path(folder), "import time\ntime.sleep(30)", options=("--nbval-cell-timeout=3",)
+        )
+        assert hung.returncode != 0 and "Timeout" in hung.stdout + hung.stderr

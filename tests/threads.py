@@ -6,6 +6,7 @@ and in float32 their last bits, depends on how many threads it has; a launched w
 chapters' checks against one process compute in float64, and the tests run the reference at
 1, 2 and 4 threads to show that the verdict does not depend on it.
 """
+
 import torch
 
 THREADS = (1, 2, 4)

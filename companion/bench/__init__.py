@@ -7,9 +7,16 @@ machines are too noisy for numbers taken at different times to be compared.
 
 Every benchmark builds its command line with ``bench_parser`` (the
 options they share are defined once, here) and its ``main(argv)`` is
-``measure_and_report``: parse, ``measure(**options)``, print the
-settings and the ratios. Both are the package's own plumbing, not part of
-the API a reader calls.
+``measure_and_report``: parse, ``measure(**options)`` with the load average
+watched, print the settings, the ratios and the load. Both are the package's
+own plumbing, not part of the API a reader calls.
+
+Every comparison follows the book's one measuring protocol
+(:mod:`companion.core.noise`): the sides take turns, who goes first rotates
+from round to round (:func:`rotated`), each round gives a paired ratio, and
+the report prints their median, lowest and highest with the verdict of
+:func:`~companion.core.noise.judge` against the book's target
+(:data:`~companion.core.noise.TARGETS`) or against 1.
 """
 
 from __future__ import annotations
@@ -18,10 +25,11 @@ import argparse
 import re
 import statistics
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from ..core.checks import PROFILE_HELP, RawDefaultsHelp, check_int, positive_arg, profile_arg
 from ..core.devices import hardware_label, synchronize_all
+from ..core.noise import NOISE_RULE, TARGETS, Load, LoadWatch, Ratio, judge, rotated
 from ..core.profiles import get_profile
 from ..core.training import Timer
 
@@ -54,8 +62,12 @@ def bench_parser(name: str, doc: str, **defaults) -> argparse.ArgumentParser:
     ``rounds=5``, ``profile=None``, ...) and gives its default; the benchmark
     adds its own options to the parser returned.
     """
+    target = f"target: {TARGETS[name].what} {TARGETS[name]}\n" if name in TARGETS else ""
     parser = argparse.ArgumentParser(
-        prog=f"python -m companion.bench {name}", description=plain_text(doc),
+        prog=f"python -m companion.bench {name}",
+        description=plain_text(doc),
+        epilog=f"{target}Every ratio is the median of paired rounds, printed with the lowest "
+        f"and highest; {NOISE_RULE}.",
         formatter_class=RawDefaultsHelp,
     )
     by_dest = {dest: (flag, kind, text) for flag, (dest, kind, text) in _SHARED.items()}
@@ -70,32 +82,55 @@ def measure_and_report(
     parser: argparse.ArgumentParser,
     argv: Sequence[str] | None,
     measure: Callable[..., object],
-    report: Callable[[object], str],
+    report: Callable[[object, Load | None], str],
     heading: Callable[[dict, object], str] | None = None,
 ) -> int:
     """A benchmark's ``main``: parse ``argv``, ``seen = measure(**options)``, print
     ``heading(options, seen)`` (the settings and hardware) and ``report(seen)`` (the
     times and their ratios, measured in this one run); returns the exit status 0."""
     options = vars(parser.parse_args(argv))
+    watch = LoadWatch(options.get("world_size") or options.get("n_devices") or 1)
     seen = measure(**options)
+    load = watch.done()
     if heading is not None:
         print(heading(options, seen))
-    print(report(seen))
+    print(report(seen, load))
+    print(load)
     return 0
 
 
+def verdict(name: str, ratio: Ratio, load: Load | None = None, indent: str = "") -> str:
+    """Three lines that judge ``ratio`` against the book's target ``TARGETS[name]``."""
+    target = TARGETS[name]
+    return (
+        f"{indent}{target.what}\n{indent}  {ratio}, target {target}\n"
+        f"{indent}  {judge(ratio, target, load)}"
+    )
+
+
 def run_settings(
-    world_size: int, profile: str | None, *, model: str | None, global_batch: int | None,
-    rounds: int, steps: int,
+    world_size: int,
+    profile: str | None,
+    *,
+    model: str | None,
+    global_batch: int | None,
+    rounds: int,
+    steps: int,
 ) -> dict:
     """A launched benchmark's settings, checked, as its report prints them (the model and
     the global batch default to the profile's)."""
     if rounds < 1 or steps < 1:
         raise ValueError(f"rounds and steps must be >= 1, got {rounds}, {steps}")
     profile = get_profile(profile)
-    return dict(world_size=world_size, model=model or profile.model,
-                global_batch=global_batch or profile.batch_size, rounds=rounds, steps=steps,
-                profile=profile.name, hardware=hardware_label())
+    return dict(
+        world_size=world_size,
+        model=model or profile.model,
+        global_batch=global_batch or profile.batch_size,
+        rounds=rounds,
+        steps=steps,
+        profile=profile.name,
+        hardware=hardware_label(),
+    )
 
 
 def time_median(
@@ -118,10 +153,8 @@ def take_turns(sides: dict, batches, r: int, devices, seen: dict) -> None:
     """Round ``r``: every side steps on each ``(X, y)`` of ``batches``, taking turns (who goes
     first rotates by round and batch); each step's seconds, ``devices`` synchronised, are
     appended to ``seen[side]``."""
-    names = list(sides)
     for i, (X, y) in enumerate(batches):
-        shift = (r + i) % len(names)  # rotate who goes first
-        for name in names[shift:] + names[:shift]:
+        for name in rotated(list(sides), r + i):
             synchronize_all(devices)
             start = time.perf_counter()
             sides[name](X, y)
@@ -133,6 +166,4 @@ def available() -> list[str]:
     """Names of the benchmarks in this package."""
     import pkgutil
 
-    return sorted(
-        m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")
-    )
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))

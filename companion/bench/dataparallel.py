@@ -27,6 +27,7 @@ from ..core.devices import (
     try_devices,
 )
 from ..core.models import get_model
+from ..core.noise import Load, Ratio, judge, paired_ratio
 from ..core.profiles import get_profile
 from ..core.training import set_seed, train_step
 from ..dataparallel.rebuild import DataParallelByHand
@@ -41,10 +42,11 @@ class SweepRow:
 
     batch_size: int
     seconds: dict[str, float]  # side -> median s/step; "1 device" is the baseline
+    per_round: dict[str, list[float]]  # side -> each round's median s/step
 
-    def ratio(self, side: str) -> float:
-        """Seconds per step of ``side`` over seconds per step on one device."""
-        return self.seconds[side] / self.seconds["1 device"]
+    def ratio(self, side: str) -> Ratio:
+        """Seconds per step of ``side`` over one device's, paired by round."""
+        return paired_ratio(self.per_round[side], self.per_round["1 device"])
 
 
 def _sides(model: str, devices: list[torch.device]) -> dict[str, nn.Module]:
@@ -57,9 +59,7 @@ def _sides(model: str, devices: list[torch.device]) -> dict[str, nn.Module]:
         f"by hand ({k})": DataParallelByHand(copy.deepcopy(base), devices),
     }
     if len(set(devices)) == k and devices[0].type == "cuda":
-        nets[f"nn.DataParallel ({k})"] = nn.DataParallel(
-            copy.deepcopy(base), device_ids=devices
-        )
+        nets[f"nn.DataParallel ({k})"] = nn.DataParallel(copy.deepcopy(base), device_ids=devices)
     return nets
 
 
@@ -76,8 +76,10 @@ def measure(
     hits all batch sizes alike instead of one of them.
     """
     if min(batch_sizes) < n_devices:  # DataParallel would use fewer devices than asked
-        raise ValueError(f"batch size {min(batch_sizes)} is smaller than the {n_devices} devices "
-                         f"(--batch-sizes, --devices): give each device at least one sample")
+        raise ValueError(
+            f"batch size {min(batch_sizes)} is smaller than the {n_devices} devices "
+            f"(--batch-sizes, --devices): give each device at least one sample"
+        )
     profile = get_profile(profile)
     devices = try_devices(n_devices, verbose=False)
     data = load_data(profile, verbose=False)
@@ -86,15 +88,16 @@ def measure(
     setups = {}
     for b in batch_sizes:
         sides = {  # side -> its training step on (X, y)
-            name: partial(train_step, net, loss_fn=loss_fn,
-                          optimizer=torch.optim.SGD(net.parameters(), lr=profile.lr))
+            name: partial(
+                train_step,
+                net,
+                loss_fn=loss_fn,
+                optimizer=torch.optim.SGD(net.parameters(), lr=profile.lr),
+            )
             for name, net in _sides(profile.model, devices).items()
         }
         g = torch.Generator().manual_seed(b)
-        picks = [
-            torch.randint(len(y_all), (b,), generator=g).to(devices[0])
-            for _ in range(steps)
-        ]
+        picks = [torch.randint(len(y_all), (b,), generator=g).to(devices[0]) for _ in range(steps)]
         batches = [(X_all[idx], y_all[idx]) for idx in picks]
         for X, y in batches[:2]:  # warm-up, untimed
             for step in sides.values():
@@ -104,14 +107,23 @@ def measure(
     for r in range(rounds):
         for b, (sides, batches) in setups.items():
             take_turns(sides, batches, r, devices, seen[b])
+
+    def each_round(s: list[float]) -> list[float]:
+        return [statistics.median(s[r * steps : (r + 1) * steps]) for r in range(rounds)]
+
     return [
-        SweepRow(b, {name: statistics.median(s) for name, s in seen[b].items()})
+        SweepRow(
+            b,
+            {name: statistics.median(s) for name, s in seen[b].items()},
+            {name: each_round(s) for name, s in seen[b].items()},
+        )
         for b in batch_sizes
     ]
 
 
-def report(rows: list[SweepRow]) -> str:
-    """The sweep as a table: ms per step of every side, and each wrapper's ratio."""
+def report(rows: list[SweepRow], load: Load | None = None) -> str:
+    """The sweep as a table: ms per step of every side, and each wrapper's ratio (median
+    of the rounds); then each ratio's range and its verdict against 1."""
     sides = list(rows[0].seconds)
     widths = [max(len(side), 8) for side in sides]
     head = f"  {'batch':>5}  " + "  ".join(f"{s:>{w}}" for s, w in zip(sides, widths))
@@ -120,15 +132,26 @@ def report(rows: list[SweepRow]) -> str:
         line = f"  {row.batch_size:>5}  " + "  ".join(
             f"{row.seconds[s] * 1e3:>{w - 3}.2f} ms" for s, w in zip(sides, widths)
         )
-        line += "".join(f"  {row.ratio(s):>{len(s) + 6}.2f}" for s in sides[1:])
+        line += "".join(f"  {row.ratio(s).median:>{len(s) + 6}.2f}" for s in sides[1:])
         lines.append(line)
+    lines.append("  each ratio over rounds (lowest-highest), against 1 (below: faster):")
+    for row in rows:
+        for s in sides[1:]:
+            ratio = row.ratio(s)
+            lines.append(f"    batch {row.batch_size:>5}, {s}: {ratio}")
+            lines.append(f"      {judge(ratio, 1.0, load)}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("dataparallel", __doc__, profile=None, steps=6, rounds=5, n_devices=2)
-    parser.add_argument("--batch-sizes", type=positive_arg(int), nargs="+",
-                        default=list(BATCH_SIZES), help="global batch sizes")
+    parser.add_argument(
+        "--batch-sizes",
+        type=positive_arg(int),
+        nargs="+",
+        default=list(BATCH_SIZES),
+        help="global batch sizes",
+    )
     return measure_and_report(parser, argv, measure, report, _heading)
 
 

@@ -4,8 +4,10 @@ Every rank times training steps (forward, backward, gradient averaging,
 update) of four copies of one model, in interleaved rounds within one run:
 DDP; chapter 3's average_gradients with the hand-written ring all-reduce;
 the same with dist.all_reduce (gloo's C++ all-reduce); and no communication
-at all (the compute alone). A round's time is that of the slowest rank;
-the medians over rounds are printed with their ratios to DDP.
+at all (the compute alone), who goes first rotating. A round's time is that of
+the slowest rank; the medians over rounds are printed with their ratios to
+DDP, and DDP's paired per-round ratio to the step without communication is
+judged against the book's target (``companion.core.noise.TARGETS``).
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ..collectives.partition import average_gradients
 from ..core.batches import rank_batch_size
 from ..core.models import get_model
+from ..core.noise import Load, paired_ratio, rotated
 from ..core.training import Timer, set_seed
 from ..runtime.group import ddp_device_ids, rank_device
 from ..runtime.launcher import launch
-from . import bench_parser, measure_and_report, run_settings
+from . import bench_parser, measure_and_report, run_settings, verdict
 
 METHODS = (
     "DDP",
@@ -68,15 +71,14 @@ def bench_worker(
     averaging["average_gradients (dist.all_reduce)"] = "dist.all_reduce"
     opts = {name: torch.optim.SGD(nets[name].parameters(), lr=0.01) for name in nets}
     step = {
-        name: (lambda n=name: _step(nets[n], opts[n], X, y, averaging.get(n)))
-        for name in METHODS
+        name: (lambda n=name: _step(nets[n], opts[n], X, y, averaging.get(n))) for name in METHODS
     }
     for name in METHODS:  # warm-up, untimed (DDP rebuilds its buckets after step 1)
         for _ in range(3):
             step[name]()
     times = torch.zeros(rounds, len(METHODS), dtype=torch.float64)
     for r in range(rounds):
-        for m, name in enumerate(METHODS):
+        for m, name in rotated(list(enumerate(METHODS)), r):
             dist.barrier()
             with Timer(device) as t:
                 for _ in range(steps):
@@ -103,16 +105,16 @@ def measure(
     steps: int = 10,
 ) -> dict:
     """Run :func:`bench_worker` on ``world_size`` processes; medians and settings."""
-    settings = run_settings(world_size, profile, model=model, global_batch=global_batch,
-                            rounds=rounds, steps=steps)
+    settings = run_settings(
+        world_size, profile, model=model, global_batch=global_batch, rounds=rounds, steps=steps
+    )
     batch = rank_batch_size(settings["global_batch"], world_size)
-    seen = launch(bench_worker, world_size, settings["model"], batch, rounds, steps,
-                  timeout=600)[0]
+    seen = launch(bench_worker, world_size, settings["model"], batch, rounds, steps, timeout=600)[0]
     seen["median"] = {k: statistics.median(v) for k, v in seen["seconds"].items()}
     return {**seen, **settings}
 
 
-def report(seen: dict) -> str:
+def report(seen: dict, load: Load | None = None) -> str:
     """The table of medians and ratios, the DDP buckets, and the explanation."""
     ddp = seen["median"]["DDP"]
     lines = [
@@ -124,10 +126,11 @@ def report(seen: dict) -> str:
     ]
     for name, sec in seen["median"].items():
         lines.append(f"  {name:<38}{sec * 1e3:>9.2f}{sec / ddp:>8.2f}x")
+    rounds = seen["seconds"]
+    lines.append(verdict("ddp", paired_ratio(rounds["DDP"], rounds["no communication"]), load))
     sizes = ", ".join(f"{b:,}" for b in seen["bucket_bytes"]) or "unknown"
     lines += [
-        f"all-reduces per step: average_gradients {seen['tensors']} (one per "
-        f"parameter tensor),",
+        f"all-reduces per step: average_gradients {seen['tensors']} (one per parameter tensor),",
         f"  DDP {len(seen['bucket_bytes']) or '?'} (one per bucket; bucket bytes "
         f"{sizes} for {seen['parameters']:,} parameters)",
     ]
@@ -135,6 +138,14 @@ def report(seen: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser("ddp", __doc__, world_size=2, profile=None, model=None,
-                          global_batch=None, rounds=5, steps=10)
+    parser = bench_parser(
+        "ddp",
+        __doc__,
+        world_size=2,
+        profile=None,
+        model=None,
+        global_batch=None,
+        rounds=5,
+        steps=10,
+    )
     return measure_and_report(parser, argv, measure, report)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import platform
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 
@@ -41,7 +41,7 @@ def environment(profile) -> dict:
         python=platform.python_version(),
         profile=profile.name,
         dataset=load_data(profile, verbose=False).name,
-        date=datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        date=datetime.now(UTC).strftime("%Y-%m-%d"),
     )
 
 
@@ -50,8 +50,9 @@ def measure(profile: str | None = None, rounds: int = 3, out: str | None = None)
     chosen = get_profile(profile)
     seen = environment(chosen)
     loops = loop.measure(chosen, rounds=rounds)
-    seen["loop"] = {name: {"sec_per_epoch": s, "loop_efficiency": e}
-                    for name, (s, e) in loops.items()}
+    seen["loop"] = {
+        name: {"sec_per_epoch": s, "loop_efficiency": e.median} for name, (s, e) in loops.items()
+    }
     seen["baseline"] = baseline.measure(chosen, rounds=rounds)
     if out is not None:
         atomic_write(out, lambda f: json.dump(seen, f, indent=1), binary=False)
@@ -69,12 +70,18 @@ def load_record(path: str | Path) -> dict:
     try:
         seen = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path} is not a benchmark record ({type(err).__name__}: {err}): "
-                         f"write one with python -m companion.bench record --out {path}") from None
-    missing = [k for k in (*LABELS, "loop", "baseline") if not isinstance(seen, dict) or not seen.get(k)]
+        raise ValueError(
+            f"{path} is not a benchmark record ({type(err).__name__}: {err}): "
+            f"write one with python -m companion.bench record --out {path}"
+        ) from None
+    missing = [
+        k for k in (*LABELS, "loop", "baseline") if not isinstance(seen, dict) or not seen.get(k)
+    ]
     if missing:
-        raise ValueError(f"{path} lacks {', '.join(missing)}: a number without its labels "
-                         f"cannot be shown; re-run python -m companion.bench record --out {path}")
+        raise ValueError(
+            f"{path} lacks {', '.join(missing)}: a number without its labels "
+            f"cannot be shown; re-run python -m companion.bench record --out {path}"
+        )
     return seen
 
 
@@ -83,8 +90,9 @@ def committed(name: str = MEASURED) -> tuple[dict, list]:
     in one session on the machine ``name``, as shipped in ``RESULTS``."""
     from ..study.driver import load_study
 
-    known = sorted(p.name[: -len("-record.json")] for p in RESULTS.iterdir()
-                   if p.name.endswith("-record.json"))
+    known = sorted(
+        p.name[: -len("-record.json")] for p in RESULTS.iterdir() if p.name.endswith("-record.json")
+    )
     if name not in known:
         raise ValueError(f"no committed measurements named {name!r}; there are: {', '.join(known)}")
     return load_record(RESULTS / f"{name}-record.json"), load_study(RESULTS / f"{name}-study.json")
@@ -92,8 +100,10 @@ def committed(name: str = MEASURED) -> tuple[dict, list]:
 
 def label(seen: dict) -> str:
     """The line that goes under every number of a record: where, with what, when."""
-    return (f"measured on {seen['hardware']}, torch {seen['torch']}, CUDA {seen['cuda']}, "
-            f"profile '{seen['profile']}', {seen['dataset'].split(' (')[0]} data, {seen['date']}")
+    return (
+        f"measured on {seen['hardware']}, torch {seen['torch']}, CUDA {seen['cuda']}, "
+        f"profile '{seen['profile']}', {seen['dataset'].split(' (')[0]} data, {seen['date']}"
+    )
 
 
 def plot_record(seen: dict):
@@ -112,8 +122,10 @@ def plot_record(seen: dict):
     for y, value in enumerate(bars.values()):
         ax.text(value, y, f" {value:.2f} s", va="center")
     ax.invert_yaxis()
-    ax.set_xlabel(f"seconds per epoch ({base['model']}, {base['samples']:,} images, "
-                  f"batch {base['batch']}; lower is better)")
+    ax.set_xlabel(
+        f"seconds per epoch ({base['model']}, {base['samples']:,} images, "
+        f"batch {base['batch']}; lower is better)"
+    )
     ax.set_xlim(0, max(bars.values()) * 1.18)
     ax.set_title(label(seen), fontsize=8)
     fig.tight_layout()
@@ -125,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="write the record (JSON) here")
     options = vars(parser.parse_args(argv))
     seen = measure(**options)
-    print(f"{seen['hardware']}; torch {seen['torch']}, CUDA {seen['cuda']}; profile "
-          f"'{seen['profile']}', {seen['dataset']}; {seen['date']}")
+    print(
+        f"{seen['hardware']}; torch {seen['torch']}, CUDA {seen['cuda']}; profile "
+        f"'{seen['profile']}', {seen['dataset']}; {seen['date']}"
+    )
     print(report(seen))
     return 0

@@ -23,7 +23,7 @@ recursive doubling     ``log2 p``          ``log2 p * n``
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -52,8 +52,10 @@ def _flat(tensor: torch.Tensor) -> torch.Tensor:
     if dist.get_debug_level() == dist.DebugLevel.DETAIL:  # as torch checks its collectives
         check_same_tensor_size(tensor, "all-reduce")
     if not tensor.is_contiguous():
-        raise ValueError("all-reduce works in place on a contiguous tensor; pass "
-                         "tensor.contiguous() and copy the result back")
+        raise ValueError(
+            "all-reduce works in place on a contiguous tensor; pass "
+            "tensor.contiguous() and copy the result back"
+        )
     return tensor.view(-1)
 
 
@@ -88,9 +90,7 @@ def allreduce_naive(tensor: torch.Tensor, trace: list | None = None) -> torch.Te
     return tensor
 
 
-def sendrecv(
-    send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, wait: bool = True
-) -> list:
+def sendrecv(send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, wait: bool = True) -> list:
     """Send ``send`` to rank ``dst`` while receiving ``recv`` from rank ``src``.
 
     Both transfers are posted together (``batch_isend_irecv``: an ``isend`` and
@@ -167,9 +167,7 @@ def allreduce_ring(tensor: torch.Tensor, trace: list | None = None) -> torch.Ten
     return tensor
 
 
-def allreduce_ring_pipelined(
-    tensor: torch.Tensor, segment: int = 2**20
-) -> torch.Tensor:
+def allreduce_ring_pipelined(tensor: torch.Tensor, segment: int = 2**20) -> torch.Tensor:
     """The ring, with each reduce-scatter step cut into ``segment``-element pieces.
 
     :func:`allreduce_ring` receives a whole chunk into a buffer as large as the
@@ -215,9 +213,7 @@ def _add_when_received(requests: list, part: torch.Tensor, buf: torch.Tensor) ->
     part += buf
 
 
-def allreduce_recursive_doubling(
-    tensor: torch.Tensor, trace: list | None = None
-) -> torch.Tensor:
+def allreduce_recursive_doubling(tensor: torch.Tensor, trace: list | None = None) -> torch.Tensor:
     """Sum across ranks in place by recursive doubling: ``log2 p`` pairwise swaps.
 
     In step ``k`` each rank swaps its whole tensor with the rank whose number
@@ -294,5 +290,7 @@ def _check_callable(allreduce, tensor=None) -> None:
     if not callable(allreduce):
         raise TypeError(f"allreduce must be a function such as allreduce_ring, got {allreduce!r}")
     if torch.is_tensor(tensor) and not tensor.is_floating_point():  # before the sum is written
-        raise TypeError(f"an average needs a floating-point tensor, got {tensor.dtype}: pass "
-                        f"tensor.float() (or all-reduce the sum and divide it yourself)")
+        raise TypeError(
+            f"an average needs a floating-point tensor, got {tensor.dtype}: pass "
+            f"tensor.float() (or all-reduce the sum and divide it yourself)"
+        )

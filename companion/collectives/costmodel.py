@@ -22,8 +22,8 @@ import math
 import numbers
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 from ..core.checks import check_int, check_positive
 from ..core.devices import synchronize
+from ..core.noise import rotated
 from ..runtime.group import rank_device
 from ..runtime.launcher import launch
 from .allreduce import ALLREDUCES
@@ -51,12 +52,14 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Measurement:
-    """Median time of an all-reduce of ``nbytes`` bytes per rank on ``world_size``."""
+    """Median time of an all-reduce of ``nbytes`` bytes per rank on ``world_size``
+    (``rounds``: each timed round's seconds, when measured in rounds)."""
 
     algorithm: str
     world_size: int
     nbytes: int
     seconds: float
+    rounds: tuple[float, ...] = ()
 
     @property
     def busbw(self) -> float:
@@ -83,19 +86,18 @@ def time_allreduce(
 ) -> list[Measurement]:
     """Worker: time every algorithm at every size, interleaved; same list on every rank.
 
-    A round runs each algorithm once, each after a barrier. A round's time is
-    the slowest rank's (an all-reduce is done when the last rank is done), and
-    the median of ``repeats`` rounds is kept, after ``warmup`` untimed rounds.
+    A round runs each algorithm once, each after a barrier, who goes first
+    rotating. A round's time is the slowest rank's (an all-reduce is done when
+    the last rank is done); the median of ``repeats`` rounds is kept, after
+    ``warmup`` untimed rounds, with the rounds themselves.
     """
     _check_timing(numels, algorithms, repeats, warmup)
     device = rank_device()
-    times = torch.zeros(
-        len(numels), len(algorithms), warmup + repeats, dtype=torch.float64
-    )
+    times = torch.zeros(len(numels), len(algorithms), warmup + repeats, dtype=torch.float64)
     for i, numel in enumerate(numels):
         x = torch.randn(numel, dtype=dtype, device=device)
         for r in range(warmup + repeats):
-            for j, name in enumerate(algorithms):
+            for j, name in rotated(list(enumerate(algorithms)), r):
                 y = x.clone()
                 dist.barrier()
                 synchronize(device)
@@ -107,13 +109,12 @@ def time_allreduce(
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
     times = times.cpu()
     size = torch.empty(0, dtype=dtype).element_size()
-    return [
-        Measurement(
-            name, world_size, n * size, statistics.median(times[i, j, warmup:].tolist())
-        )
-        for i, n in enumerate(numels)
-        for j, name in enumerate(algorithms)
-    ]
+    found = []
+    for i, n in enumerate(numels):
+        for j, name in enumerate(algorithms):
+            rounds = tuple(times[i, j, warmup:].tolist())
+            found.append(Measurement(name, world_size, n * size, statistics.median(rounds), rounds))
+    return found
 
 
 def measure_allreduce(
@@ -129,9 +130,7 @@ def measure_allreduce(
     _check_timing(numels, algorithms, repeats)
     found = []
     for p in world_sizes:
-        found += launch(
-            time_allreduce, p, numels, algorithms, repeats, timeout=timeout
-        )[0]
+        found += launch(time_allreduce, p, numels, algorithms, repeats, timeout=timeout)[0]
     return found
 
 
@@ -154,16 +153,12 @@ def cost_terms(algorithm: str, world_size: int) -> tuple[float, float]:
 
 def _check_cost(algorithm: str, world_size: int) -> int:
     if algorithm not in ALLREDUCES:
-        raise ValueError(
-            f"no cost model for {algorithm!r}; choose from {list(ALLREDUCES)}"
-        )
+        raise ValueError(f"no cost model for {algorithm!r}; choose from {list(ALLREDUCES)}")
     return check_int(world_size, "world_size")
 
 
 def _check_finite(value: float, name: str) -> None:
-    if isinstance(value, bool) or not (
-        isinstance(value, numbers.Real) and 0 <= value < math.inf
-    ):
+    if isinstance(value, bool) or not (isinstance(value, numbers.Real) and 0 <= value < math.inf):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
 
@@ -172,9 +167,7 @@ def _check_timing(numels, algorithms, repeats: int, warmup: int = 0) -> None:
         raise ValueError(f"numels must be integers >= 0, got {list(numels)}")
     unknown = sorted(set(algorithms) - set(ALLREDUCES))
     if unknown:
-        raise ValueError(
-            f"unknown algorithm(s) {unknown}; choose from {list(ALLREDUCES)}"
-        )
+        raise ValueError(f"unknown algorithm(s) {unknown}; choose from {list(ALLREDUCES)}")
     check_int(repeats, "repeats")
     check_int(warmup, "warmup", 0)
 
@@ -193,9 +186,7 @@ def fit_alpha_beta(
     """
     t, n = np.asarray(seconds, dtype=float), np.asarray(nbytes, dtype=float)
     if t.shape != n.shape or t.size < 2:
-        raise ValueError(
-            f"need at least two (nbytes, seconds) pairs, got {n.size}, {t.size}"
-        )
+        raise ValueError(f"need at least two (nbytes, seconds) pairs, got {n.size}, {t.size}")
     if np.any(t <= 0):
         raise ValueError("measured times must be positive")
     columns = [np.broadcast_to(messages, t.shape), np.broadcast_to(volume, t.shape) * n]
@@ -217,16 +208,12 @@ def fit_link(
     """One ``(alpha, beta)`` for the link, fitted to every algorithm at 2+ ranks."""
     rows = [m for m in measurements if m.world_size > 1]
     rows = [m for m in rows if algorithms is None or m.algorithm in algorithms]
-    terms = np.array([cost_terms(m.algorithm, m.world_size) for m in rows]).reshape(
-        -1, 2
-    )
+    terms = np.array([cost_terms(m.algorithm, m.world_size) for m in rows]).reshape(-1, 2)
     sizes, times = [m.nbytes for m in rows], [m.seconds for m in rows]
     return fit_alpha_beta(sizes, times, terms[:, 0], terms[:, 1])
 
 
-def predict(
-    algorithm: str, world_size: int, nbytes: float, alpha: float, beta: float
-) -> float:
+def predict(algorithm: str, world_size: int, nbytes: float, alpha: float, beta: float) -> float:
     """Seconds the model predicts for one all-reduce of ``nbytes`` bytes per rank."""
     for name, value in (("nbytes", nbytes), ("alpha", alpha), ("beta", beta)):
         _check_finite(value, name)
@@ -242,7 +229,10 @@ def _panels(measurements: Sequence[Measurement], ylabel: str, title: str):
     if not sizes:
         raise ValueError("the plot needs measurements with 2 or more processes")
     fig, axes = plt.subplots(
-        1, len(sizes), figsize=(9.0, 3.6), sharey=True  # fits the page unscaled
+        1,
+        len(sizes),
+        figsize=(9.0, 3.6),
+        sharey=True,  # fits the page unscaled
     )
     axes = np.atleast_1d(axes)
     for ax, p in zip(axes, sizes):
@@ -263,17 +253,13 @@ def plot_bandwidth(measurements: Sequence[Measurement], title: str = ""):
     """Bus bandwidth against message size: panels by world size, lines by algorithm."""
     fig, axes, series = _panels(measurements, "bus bandwidth (GB/s)", title)
     for (ax, _, name), ms in series.items():
-        ax.plot(
-            [m.nbytes for m in ms], [m.busbw / 1e9 for m in ms], "o-", ms=3, label=name
-        )
+        ax.plot([m.nbytes for m in ms], [m.busbw / 1e9 for m in ms], "o-", ms=3, label=name)
     axes[0].legend(fontsize=9)
     fig.tight_layout()
     return fig
 
 
-def plot_model(
-    measurements: Sequence[Measurement], alpha: float, beta: float, title: str = ""
-):
+def plot_model(measurements: Sequence[Measurement], alpha: float, beta: float, title: str = ""):
     """Measured times (points) and the model's predictions (lines), per world size."""
     fig, axes, series = _panels(measurements, "seconds per all-reduce", title)
     colors = {}

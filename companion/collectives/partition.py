@@ -16,8 +16,9 @@ each rank by its sample count when given it (see :mod:`.uneven`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -33,7 +34,15 @@ from ..core.models import MODELS, get_model
 from ..core.precision import check_fp32
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
-from ..core.training import Timer, check_lr, evaluate_accuracy, flat_params, set_seed, sgd_steps, warm_up
+from ..core.training import (
+    Timer,
+    check_lr,
+    evaluate_accuracy,
+    flat_params,
+    set_seed,
+    sgd_steps,
+    warm_up,
+)
 from ..runtime.epochs import Rank, train_epochs
 from ..runtime.group import rank_device
 from .allreduce import ALLREDUCES, allreduce_mean
@@ -75,9 +84,7 @@ class DataPartitioner:
         self.partitions = list(torch.split(order[: sum(sizes)], list(sizes)))
 
     @classmethod
-    def even(
-        cls, dataset: Dataset, world_size: int, seed: int = 1234
-    ) -> DataPartitioner:
+    def even(cls, dataset: Dataset, world_size: int, seed: int = 1234) -> DataPartitioner:
         """``world_size`` shards of ``len(dataset) // world_size`` samples each.
 
         The remainder (fewer than ``world_size`` samples) is left out.
@@ -97,9 +104,7 @@ class DataPartitioner:
         return Subset(self.dataset, idx.tolist())
 
 
-def average_gradients(
-    net: nn.Module, allreduce: str = "ring", n_local: int | None = None
-) -> None:
+def average_gradients(net: nn.Module, allreduce: str = "ring", n_local: int | None = None) -> None:
     """Replace each gradient of ``net`` with its average over all ranks, in place.
 
     One all-reduce per parameter tensor, as in the ``dist_tuto`` recipe;
@@ -127,9 +132,7 @@ def average_gradients(
 
 def _check_averaging(allreduce: str, n_local: int | None):
     if allreduce not in ALLREDUCES:
-        raise ValueError(
-            f"unknown all-reduce {allreduce!r}; choose from {list(ALLREDUCES)}"
-        )
+        raise ValueError(f"unknown all-reduce {allreduce!r}; choose from {list(ALLREDUCES)}")
     if n_local is not None:
         check_batch_size(n_local, "n_local")
     return ALLREDUCES[allreduce]
@@ -227,9 +230,7 @@ def _check_worker(model, global_batch, epochs, lr, allreduce, max_steps, channel
     if channels_last:
         raise ValueError("train_worker keeps the default memory layout: pass channels_last=False")
     if max_steps is not None and max_steps < 1:
-        raise ValueError(
-            f"max_steps must be >= 1 (or None for whole epochs), got {max_steps}"
-        )
+        raise ValueError(f"max_steps must be >= 1 (or None for whole epochs), got {max_steps}")
     if model is not None:
         check_choice(model, "model", MODELS)
     for name, value in (("global_batch", global_batch), ("epochs", epochs)):
@@ -260,9 +261,7 @@ def train_reference(
     check_data(data)
     shards = DataPartitioner.even(data.train, world_size, seed)
     batch = rank_batch_size(global_batch, world_size)
-    loaders = [
-        DeviceLoader(shards.use(r), batch, seed=seed + r) for r in range(world_size)
-    ]
+    loaders = [DeviceLoader(shards.use(r), batch, seed=seed + r) for r in range(world_size)]
 
     def global_batches():
         while True:  # epoch after epoch

@@ -17,7 +17,8 @@ nothing for it. :func:`link_load` adds up what crossed each link.
 
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist

@@ -13,7 +13,7 @@ a worker that computes both averages with every all-reduce;
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -27,9 +27,7 @@ from .partition import average_gradients
 __all__ = ["uneven_batch", "global_gradient", "uneven_gradients"]
 
 
-def uneven_batch(
-    sizes: Sequence[int], seed: int = 0
-) -> tuple[torch.Tensor, torch.Tensor]:
+def uneven_batch(sizes: Sequence[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """A random global batch of ``sum(sizes)`` 28x28 images and labels, seeded."""
     if len(sizes) == 0:
         raise ValueError("sizes must name at least one rank's sample count, got []")
@@ -37,9 +35,7 @@ def uneven_batch(
         check_batch_size(n, f"sizes[{i}]")
     g = torch.Generator().manual_seed(seed)
     n = sum(sizes)
-    return torch.randn(n, 1, 28, 28, generator=g), torch.randint(
-        0, 10, (n,), generator=g
-    )
+    return torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g)
 
 
 def _backward(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> nn.Module:
@@ -49,9 +45,7 @@ def _backward(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> nn.Module:
     return net
 
 
-def global_gradient(
-    sizes: Sequence[int], model: str = "lenet", seed: int = 0
-) -> torch.Tensor:
+def global_gradient(sizes: Sequence[int], model: str = "lenet", seed: int = 0) -> torch.Tensor:
     """One process: the flattened gradient of the mean loss on the whole batch."""
     set_seed(seed)
     net = _backward(get_model(model), *uneven_batch(sizes, seed))
@@ -82,9 +76,7 @@ def uneven_gradients(
         for weighed in (False, True):
             _backward(net, X, y)
             average_gradients(net, allreduce, len(y) if weighed else None)
-            grads[allreduce, weighed] = torch.cat(
-                [p.grad.flatten() for p in net.parameters()]
-            )
+            grads[allreduce, weighed] = torch.cat([p.grad.flatten() for p in net.parameters()])
     return grads
 
 

@@ -5,7 +5,7 @@ Used in: chapter 3 (the tests run it at every world size).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -45,13 +45,9 @@ def check_allreduce(
             for name, allreduce in algorithms.items():
                 case = f"{name}, {numel} x {dtype}"
                 got = allreduce(noise.clone())
-                torch.testing.assert_close(
-                    got, want_noise, msg=lambda m: f"{case}: {m}"
-                )
+                torch.testing.assert_close(got, want_noise, msg=lambda m: f"{case}: {m}")
                 if not torch.equal(allreduce(integers.clone()), want_integers):
-                    raise AssertionError(
-                        f"{case}: integer sums differ from dist.all_reduce"
-                    )
+                    raise AssertionError(f"{case}: integer sums differ from dist.all_reduce")
                 diff = float((got - want_noise).abs().max()) if numel else 0.0
                 rows.append((name, numel, str(dtype).replace("torch.", ""), diff))
     return rows

@@ -1,4 +1,5 @@
-"""Used by every chapter: devices, profiles, data, models, one-device training, results, listings, whole lines."""
+"""Used by every chapter: devices, profiles, data, models, precision and TF32, one-device
+training, results, the noise rule and speed targets, listings, whole lines."""
 
 # compat first: it refuses a torch older than the book's floor, with a clear message.
 from . import compat  # noqa: I001
@@ -16,9 +17,11 @@ from . import (
     loaders,
     lr,
     models,
+    noise,
     precision,
     profiles,
     results,
+    tf32,
     training,
 )
 from .batches import *  # noqa: F401,F403
@@ -33,9 +36,11 @@ from .listing import *  # noqa: F401,F403
 from .loaders import *  # noqa: F401,F403
 from .lr import *  # noqa: F401,F403
 from .models import *  # noqa: F401,F403
+from .noise import *  # noqa: F401,F403
 from .precision import *  # noqa: F401,F403
 from .profiles import *  # noqa: F401,F403
 from .results import *  # noqa: F401,F403
+from .tf32 import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
 
 __all__ = list(
@@ -44,6 +49,7 @@ __all__ = list(
             *checks.__all__,
             *compat.__all__,
             *devices.__all__,
+            *tf32.__all__,
             *precision.__all__,
             *profiles.__all__,
             *data.__all__,
@@ -53,6 +59,7 @@ __all__ = list(
             *training.__all__,
             *lr.__all__,
             *results.__all__,
+            *noise.__all__,
             *figures.__all__,
             *files.__all__,
             *lines.__all__,

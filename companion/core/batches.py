@@ -10,11 +10,7 @@ __all__ = ["check_batch_size", "rank_batch_size", "check_batch_fits"]
 
 def check_batch_size(batch_size: int, name: str = "batch_size") -> int:
     """``batch_size`` if it is a positive integer; ``ValueError`` naming ``name`` else."""
-    if (
-        not isinstance(batch_size, int)
-        or isinstance(batch_size, bool)
-        or batch_size < 1
-    ):
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"{name} must be a positive integer, got {batch_size!r}")
     return batch_size
 

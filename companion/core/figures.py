@@ -36,6 +36,5 @@ def legend_below(fig, ax, ncol: int = 4, **options) -> None:
     rows = -(-len(labels) // ncol) + (1 if options.get("title") else 0)
     height = fig.get_size_inches()[1]
     strip = (0.2 + 0.17 * rows) / height  # inches per row of 8-point text, as a fraction
-    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False,
-               **options)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8, frameon=False, **options)
     fig.tight_layout(rect=(0, strip, 1, 1))

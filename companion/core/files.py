@@ -14,8 +14,9 @@ import atexit
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO
 
 __all__ = ["atomic_write", "scratch_dir"]
 
@@ -37,9 +38,7 @@ def _check_target(path: Path) -> None:
             )
 
 
-def atomic_write(
-    path: str | Path, write: Callable[[IO], None], binary: bool = True
-) -> Path:
+def atomic_write(path: str | Path, write: Callable[[IO], None], binary: bool = True) -> Path:
     """Call ``write(f)`` on a temporary file, then rename it over ``path``.
 
     Returns the path. If ``write`` fails, the temporary file is removed and
@@ -50,9 +49,7 @@ def atomic_write(
     path.parent.mkdir(parents=True, exist_ok=True)
     for stale in path.parent.glob(f".{path.name}.*{_TMP_SUFFIX}"):
         stale.unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.", suffix=_TMP_SUFFIX
-    )
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TMP_SUFFIX)
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide the file from the group
         with os.fdopen(fd, "wb" if binary else "w") as f:

@@ -33,13 +33,13 @@ def _without_docstrings(code: str) -> str:
     """``code`` minus the docstrings of its module, classes and functions.
 
     A docstring that is the whole body of a function or class becomes
-    ``...``, so the listing stays valid Python.
+    ``...``, so the listing stays valid Python; the blank line that follows a
+    class's docstring goes with it.
     """
     drop: dict[int, str] = {}  # line number -> what replaces it ("" drops it)
+    lines = code.splitlines(keepends=True)
     for node in ast.walk(ast.parse(code)):
-        if isinstance(
-            node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
-        ):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             first = node.body[0] if node.body else None
             if (
                 isinstance(first, ast.Expr)
@@ -49,7 +49,8 @@ def _without_docstrings(code: str) -> str:
                 drop.update(dict.fromkeys(range(first.lineno, first.end_lineno + 1), ""))
                 if len(node.body) == 1 and not isinstance(node, ast.Module):
                     drop[first.lineno] = " " * first.col_offset + "...\n"
-    lines = code.splitlines(keepends=True)
+                elif isinstance(node, ast.ClassDef) and not lines[first.end_lineno].strip():
+                    drop[first.end_lineno + 1] = ""  # the blank line after a class docstring
     return "".join(drop.get(i, line) for i, line in enumerate(lines, 1))
 
 

@@ -8,11 +8,11 @@ All of them take ``(N, 1, 28, 28)`` images and return ``(N, 10)`` logits.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 from torch import nn
 from torch.nn import functional as F
-
-from collections.abc import Iterable
 
 from .checks import check_int, check_module
 
@@ -89,16 +89,16 @@ class Residual(nn.Module):
         use_1x1conv: bool = False,
         stride: int = 1,
     ):
-        for value, name in ((in_channels, "in_channels"), (out_channels, "out_channels"), (stride, "stride")):
+        for value, name in (
+            (in_channels, "in_channels"),
+            (out_channels, "out_channels"),
+            (stride, "stride"),
+        ):
             check_int(value, name)
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, out_channels, 3, padding=1, stride=stride)
         self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)
-        self.conv3 = (
-            nn.Conv2d(in_channels, out_channels, 1, stride=stride)
-            if use_1x1conv
-            else None
-        )
+        self.conv3 = nn.Conv2d(in_channels, out_channels, 1, stride=stride) if use_1x1conv else None
         self.bn1 = nn.BatchNorm2d(out_channels)
         self.bn2 = nn.BatchNorm2d(out_channels)
 

@@ -123,13 +123,20 @@ def get_profile(name: str | Profile | None = None) -> Profile:
     # the environment's replacements: (variable, field, what it names, choices, a hint)
     for variable, name, kind, choices, hint in (
         ("BOOK_DATA", "dataset", "a data set", DATASETS, "synthetic works offline"),
-        ("BOOK_PRECISION", "precision", "a precision", PRECISION_CHOICES,
-         "fp16: as the gpu profile runs on a T4"),
+        (
+            "BOOK_PRECISION",
+            "precision",
+            "a precision",
+            PRECISION_CHOICES,
+            "fp16: as the gpu profile runs on a T4",
+        ),
     ):
         if value := os.environ.get(variable, "").strip():
             if value not in choices:
-                raise ValueError(f"{variable}={value!r} is not {kind}; use one of "
-                                 f"{', '.join(choices)} ({hint}), or unset it")
+                raise ValueError(
+                    f"{variable}={value!r} is not {kind}; use one of "
+                    f"{', '.join(choices)} ({hint}), or unset it"
+                )
             profile = replace(profile, **{name: value})
     if key == "gpu":
         gpus = max(1, gpu_count())

@@ -7,16 +7,18 @@ list of :class:`Record`; :func:`plot_scaling` draws any such list.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from statistics import mean
-from typing import Iterable, Sequence
 
+from .devices import hardware_label
 from .figures import headroom, legend_below
 from .files import atomic_write
 
 __all__ = [
     "Record",
+    "record_maker",
     "save_records",
     "load_records",
     "final_accuracy",
@@ -41,6 +43,31 @@ class Record:
     model: str = ""
     dataset: str = ""
     precision: str = "fp32"  # and memory layout, e.g. "bf16, channels_last"
+
+
+def record_maker(
+    method: str, n_devices: int, *, profile: str, model: str, dataset: str, precision: str
+) -> Callable[..., Record]:
+    """``record(epoch, test_acc, seconds=..., samples=..., loss=...)``: one epoch's
+    :class:`Record` of a run labelled once, here (``samples``: those trained on)."""
+
+    def record(epoch: int, test_acc: float, *, seconds: float, samples: int, loss: float) -> Record:
+        return Record(
+            method=method,
+            n_devices=n_devices,
+            epoch=epoch,
+            test_acc=test_acc,
+            sec_per_epoch=seconds,
+            samples_per_sec=samples / seconds,
+            train_loss=loss,
+            hardware=hardware_label(),
+            profile=profile,
+            model=model,
+            dataset=dataset,
+            precision=precision,
+        )
+
+    return record
 
 
 def save_records(records: Iterable[Record], path: str | Path) -> Path:
@@ -116,9 +143,7 @@ def summarize(records: Sequence[Record]) -> str:
         )
     last = " or ".join(map(str, sorted(ks)))
     lines.append(f"test acc: mean of the last {last} epoch(s), and their range")
-    labels = sorted(
-        {f"{r.hardware}, profile {r.profile}, {r.precision}" for r in records}
-    )
+    labels = sorted({f"{r.hardware}, profile {r.profile}, {r.precision}" for r in records})
     lines.append("measured on: " + "; ".join(labels))
     return "\n".join(lines)
 
@@ -188,9 +213,7 @@ def plot_scaling(
     span = min(max(high - low, min_acc_span), 1.02)
     low = min(max(0.0, (low + high - span) / 2), 1.01 - span)
     ax_acc.set_ylim(low, low + span)
-    labels = sorted(
-        {f"{r.hardware}, profile '{r.profile}', {r.precision}" for r in records}
-    )
+    labels = sorted({f"{r.hardware}, profile '{r.profile}', {r.precision}" for r in records})
     fig.suptitle(title or "; ".join(labels), fontsize=10)
     legend_below(fig, ax_acc)
     return fig

@@ -10,19 +10,18 @@ import math
 import numbers
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Iterable
 
 import torch
 from torch import nn
 
 from .checks import check_batch, check_instance, check_int, check_lr, check_module, check_training
-from .devices import as_devices, gpu_indices, hardware_label, model_device, synchronize
+from .devices import as_devices, gpu_indices, model_device, synchronize
 from .lines import progress_bar
 from .precision import MathMode, amp_train_step
 from .profiles import Profile, get_profile
-from .results import Record
+from .results import Record, record_maker
 
 __all__ = [
     "set_seed",
@@ -63,7 +62,7 @@ class Timer:
         self.device = device if device is None else as_devices([device])[0]
         self.seconds = 0.0
 
-    def __enter__(self) -> "Timer":
+    def __enter__(self) -> Timer:
         synchronize(self.device)
         self._start = time.perf_counter()
         return self
@@ -172,9 +171,7 @@ def _check_epoch(net: nn.Module, max_steps: int | None) -> None:
         check_int(max_steps, "max_steps", 1, "None for the whole pass")
 
 
-def warm_up(
-    net: nn.Module, X: torch.Tensor, y: torch.Tensor, lr: float, steps: int = 3
-) -> None:
+def warm_up(net: nn.Module, X: torch.Tensor, y: torch.Tensor, lr: float, steps: int = 3) -> None:
     """Run ``steps`` training steps on a throw-away copy of ``net``.
 
     The first steps on a device pay one-off costs (memory allocation, kernel
@@ -228,16 +225,17 @@ def train(
     check_training(epochs, lr, train_iter, test_iter)
     profile = get_profile(profile)
     device = torch.device(device) if device is not None else model_device(net)
-    mode = MathMode(profile.precision if precision is None else precision, device,
-                    profile.channels_last if channels_last is None else channels_last)
+    precision = profile.precision if precision is None else precision
+    layout = profile.channels_last if channels_last is None else channels_last
+    mode = MathMode(precision, device, layout)
     mode.place(net, device)
     optimizer = torch.optim.SGD(net.parameters(), lr=lr if lr_schedule is None else lr_schedule(0))
     if warmup_steps:
         X, y = next(iter(train_iter))
         warm_up(net, X.to(device), y.to(device), lr, warmup_steps)
-    record = partial(Record, method=method, n_devices=n_devices, hardware=hardware_label(),
-                     profile=profile.name, model=model_name, dataset=dataset, precision=str(mode))
-    records, steps = [], len(train_iter)
+    labels = dict(profile=profile.name, model=model_name, dataset=dataset, precision=str(mode))
+    record = record_maker(method, n_devices, **labels)
+    records, steps, loss_fn, step = [], len(train_iter), nn.CrossEntropyLoss(), step_for(mode)
     with progress_bar(epochs * steps, f"{method}, {n_devices} device(s)", progress) as bar:
         for epoch in range(1, epochs + 1):
 
@@ -247,12 +245,9 @@ def train(
                     set_lr(optimizer, lr_schedule(first + k))
 
             with Timer(device) as t:
-                loss, n = train_epoch(
-                    net, train_iter, nn.CrossEntropyLoss(), optimizer, device, on_step, step_for(mode)
-                )
+                loss, n = train_epoch(net, train_iter, loss_fn, optimizer, device, on_step, step)
             acc = evaluate_accuracy(net, test_iter, device)
-            records.append(record(epoch=epoch, test_acc=acc, sec_per_epoch=t.seconds,
-                                  samples_per_sec=n / t.seconds, train_loss=loss))
+            records.append(record(epoch, acc, seconds=t.seconds, samples=n, loss=loss))
     return records
 
 

@@ -21,7 +21,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
@@ -40,9 +40,7 @@ __all__ = [
 ]
 
 
-def physical_gpu_ids(
-    value: str | None = None, n_physical: int | None = None
-) -> list[str] | None:
+def physical_gpu_ids(value: str | None = None, n_physical: int | None = None) -> list[str] | None:
     """The physical GPUs behind indices 0, 1, ... as ``CUDA_VISIBLE_DEVICES`` sets them.
 
     ``value`` defaults to the variable of this process; ``None`` when it is
@@ -68,8 +66,7 @@ def physical_gpu_ids(
             entry = str(int(entry))
         if entry in ids:
             raise ValueError(
-                f"CUDA_VISIBLE_DEVICES={value!r} lists GPU {entry} twice: "
-                f"list each GPU once"
+                f"CUDA_VISIBLE_DEVICES={value!r} lists GPU {entry} twice: list each GPU once"
             )
         ids.append(entry)
     return ids
@@ -104,9 +101,7 @@ def visible_devices_in_subprocess(value: str, timeout: float = 120) -> dict:
             timeout=timeout,
         )
     except subprocess.TimeoutExpired as err:
-        raise TimeoutError(
-            f"the child process did not answer within {timeout} s"
-        ) from err
+        raise TimeoutError(f"the child process did not answer within {timeout} s") from err
     if done.returncode != 0:
         raise RuntimeError(f"the child process failed:\n{done.stderr[-2000:]}")
     seen = json.loads(done.stdout.strip().splitlines()[-1])
@@ -118,9 +113,7 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def output_device_bytes(
-    outputs: Sequence[torch.Tensor], net: nn.Module
-) -> dict[str, int]:
+def output_device_bytes(outputs: Sequence[torch.Tensor], net: nn.Module) -> dict[str, int]:
     """Bytes of a training step that only the output device holds, from tensor sizes.
 
     For the replicas' output chunks ``outputs`` and the wrapped model ``net``
@@ -202,8 +195,7 @@ def global_mean(means: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
     """
     if means.dim() != 1 or len(means) != len(sizes):
         raise ValueError(
-            f"need one mean per replica: {tuple(means.shape)} means "
-            f"for {len(sizes)} sizes"
+            f"need one mean per replica: {tuple(means.shape)} means for {len(sizes)} sizes"
         )
     for i, n in enumerate(sizes):
         check_int(n, f"sizes[{i}]", 0, "give the number of samples behind each mean")

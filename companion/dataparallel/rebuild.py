@@ -30,8 +30,9 @@ import contextlib
 import copy
 import threading
 import warnings
+from collections.abc import Sequence
 from itertools import chain
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -104,9 +105,7 @@ def scatter(inputs: tuple, devices: Sequence[Device]) -> list[tuple]:
     devices = as_devices(devices)
     tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
     if not tensors or any(t.dim() == 0 for t in tensors):
-        raise ValueError(
-            "scatter needs inputs with a batch dimension: tensors of shape (N, ...)"
-        )
+        raise ValueError("scatter needs inputs with a batch dimension: tensors of shape (N, ...)")
     lengths = sorted({len(t) for t in tensors})
     if len(lengths) > 1:
         raise ValueError(
@@ -114,22 +113,14 @@ def scatter(inputs: tuple, devices: Sequence[Device]) -> list[tuple]:
             f"would not line up; pass tensors of one minibatch"
         )
     sizes = chunk_sizes(lengths[0], len(devices))
-    parts = [
-        x.split(sizes) if isinstance(x, torch.Tensor) else [x] * len(sizes)
-        for x in inputs
-    ]
+    parts = [x.split(sizes) if isinstance(x, torch.Tensor) else [x] * len(sizes) for x in inputs]
     return [
-        tuple(
-            p.to(d, non_blocking=True) if isinstance(p, torch.Tensor) else p
-            for p in args
-        )
+        tuple(p.to(d, non_blocking=True) if isinstance(p, torch.Tensor) else p for p in args)
         for args, d in zip(zip(*parts), devices)
     ]
 
 
-def replicate(
-    net: nn.Module, devices: Sequence[Device], detach: bool = False
-) -> list[nn.Module]:
+def replicate(net: nn.Module, devices: Sequence[Device], detach: bool = False) -> list[nn.Module]:
     """One replica of ``net`` per device: shallow module copies with their own tensors.
 
     Parameters: replica 0 uses views of ``net``'s parameters, the others copies
@@ -199,9 +190,7 @@ def parallel_apply(
             f"devices: pass one input and one device per replica"
         )
     grad_enabled = torch.is_grad_enabled()
-    streams = [
-        torch.cuda.current_stream(d) if d.type == "cuda" else None for d in devices
-    ]
+    streams = [torch.cuda.current_stream(d) if d.type == "cuda" else None for d in devices]
     outputs: list[Any] = [None] * len(replicas)
     errors: list[BaseException | None] = [None] * len(replicas)
 
@@ -294,4 +283,3 @@ class DataParallelByHand(nn.Module):
         used = self.devices[: len(chunks)]
         replicas = replicate(self.module, used, detach=not torch.is_grad_enabled())
         return gather(parallel_apply(replicas, chunks, used), self.output_device)
-

@@ -10,7 +10,7 @@ chapter 1's loop and returns one :class:`~companion.core.results.Record` per epo
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from torch import nn
 

@@ -23,7 +23,12 @@ import torch.distributed as dist
 
 from ..core.batches import rank_batch_size
 from ..core.checks import (
-    PROFILE_HELP, DefaultsHelp, check_int, count_arg, positive_arg, profile_arg
+    PROFILE_HELP,
+    DefaultsHelp,
+    check_int,
+    count_arg,
+    positive_arg,
+    profile_arg,
 )
 from ..core.data import Data, load_data
 from ..core.lines import say

@@ -40,7 +40,7 @@ class DDPConfig:
     channels_last: bool | None = None
     verbose: bool = False
 
-    def resolve(self, world_size: int) -> "DDPConfig":
+    def resolve(self, world_size: int) -> DDPConfig:
         """Every size filled in from the profile and checked; ``ValueError`` if bad."""
         profile = get_profile(self.profile)
         self._check(world_size)
@@ -58,9 +58,7 @@ class DDPConfig:
             lr=linear_lr(lr, world_size) if self.scale_lr else lr,
             precision=self.precision or profile.precision,
             channels_last=(
-                profile.channels_last
-                if self.channels_last is None
-                else self.channels_last
+                profile.channels_last if self.channels_last is None else self.channels_last
             ),
         )
 
@@ -79,6 +77,4 @@ class DDPConfig:
         check_int(self.seed, "seed", 0, "torch takes seeds below 2**64", 2**64 - 1)
         for name in ("scale_lr", "checks", "verbose", "find_unused_parameters"):
             if not isinstance(getattr(self, name), bool):
-                raise TypeError(
-                    f"{name} must be True or False, got {getattr(self, name)!r}"
-                )
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")

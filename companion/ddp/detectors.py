@@ -26,7 +26,8 @@ evaluation counted per rank     samples the evaluation counted  ``eval_count``
 from __future__ import annotations
 
 import hashlib
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -89,9 +90,7 @@ def fingerprint(net: nn.Module, buffers: dict[str, torch.Tensor] | None = None) 
     where it has them, else as they are now: pass the snapshot of
     :func:`track_buffers` to hash the buffers as DDP last broadcast them.
     """
-    state = {
-        k.removeprefix("module."): v for k, v in check_module(net).state_dict().items()
-    }
+    state = {k.removeprefix("module."): v for k, v in check_module(net).state_dict().items()}
     state.update(buffers or {})
     digest = hashlib.sha256()
     for name in sorted(state):
@@ -187,9 +186,7 @@ def check_logits(outputs: torch.Tensor, tol: float = 1e-4) -> None:
     (logits); rows that are non-negative and sum to 1 mean a softmax ran first.
     """
     if not isinstance(outputs, torch.Tensor):
-        raise TypeError(
-            f"outputs must be a tensor of model outputs, got {type(outputs).__name__}"
-        )
+        raise TypeError(f"outputs must be a tensor of model outputs, got {type(outputs).__name__}")
     outputs = outputs.detach().float()
     sums = outputs.sum(dim=-1)
     if outputs.min() >= 0 and torch.allclose(sums, torch.ones_like(sums), atol=tol):
@@ -243,14 +240,10 @@ def diagnose(traces: Sequence[RankTrace], n: int) -> list[str]:
     at least two epochs to check).
     """
     if len(traces) == 0:
-        raise ValueError(
-            "traces is empty: give one RankTrace per rank (see gather_traces)"
-        )
+        raise ValueError("traces is empty: give one RankTrace per rank (see gather_traces)")
     checks = [lambda: check_replicas_in_sync([t.fingerprint for t in traces])]
     for epoch in range(min(len(t.orders) for t in traces)):
-        checks.append(
-            lambda e=epoch: check_disjoint_shards([t.orders[e] for t in traces], n)
-        )
+        checks.append(lambda e=epoch: check_disjoint_shards([t.orders[e] for t in traces], n))
     checks += [lambda t=t: check_order_changes(t.orders) for t in traces]
     problems = []
     for check in checks:

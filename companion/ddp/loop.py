@@ -33,9 +33,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data.distributed import DistributedSampler
 
 from ..core.batches import check_batch_fits
+from ..core.checks import check_data, check_lr
 from ..core.data import Data
 from ..core.devices import model_device
-from ..core.checks import check_data, check_lr
 from ..core.models import check_parameters, get_model
 from ..core.precision import MathMode
 from ..core.training import set_seed, step_for, warm_up
@@ -123,5 +123,7 @@ def quiet_nominal_strides(net: nn.Module, mode: MathMode) -> bool:
 def _check_setup(data: Data, cfg: DDPConfig) -> tuple[int, int]:
     check_data(data)
     if not isinstance(cfg, DDPConfig) or cfg.per_rank_batch is None:
-        raise TypeError(f"cfg must be a resolved DDPConfig, got {cfg!r}: pass cfg.resolve(world_size)")
+        raise TypeError(
+            f"cfg must be a resolved DDPConfig, got {cfg!r}: pass cfg.resolve(world_size)"
+        )
     return check_group("setup_rank")

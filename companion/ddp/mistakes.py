@@ -13,7 +13,8 @@ detectors of :mod:`companion.ddp.detectors` judge it.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist

@@ -14,7 +14,7 @@ splits the test set without padding and sums the counts across ranks.
 
 from __future__ import annotations
 
-from typing import Iterator, Sized
+from collections.abc import Iterator, Sized
 
 import torch
 import torch.distributed as dist
@@ -88,9 +88,7 @@ def sampler_indices(
     check_int(epoch, "epoch", 0)
     shares = []
     for rank in range(world_size):
-        sampler = DistributedSampler(
-            dataset, world_size, rank, shuffle=shuffle, seed=seed
-        )
+        sampler = DistributedSampler(dataset, world_size, rank, shuffle=shuffle, seed=seed)
         sampler.set_epoch(epoch)
         shares.append(list(sampler))
     return shares

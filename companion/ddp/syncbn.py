@@ -21,9 +21,7 @@ from ..runtime.group import rank_device
 __all__ = ["batchnorm_statistics"]
 
 
-def batchnorm_statistics(
-    rank: int, world_size: int, X: torch.Tensor, sync: bool
-) -> dict:
+def batchnorm_statistics(rank: int, world_size: int, X: torch.Tensor, sync: bool) -> dict:
     """Worker: one training forward of Conv2d + BatchNorm2d on this rank's share of ``X``.
 
     Returns the BatchNorm's running mean after the step (on the CPU), or, if
@@ -37,9 +35,7 @@ def batchnorm_statistics(
         net = nn.SyncBatchNorm.convert_sync_batchnorm(net)
     share = X.chunk(world_size)[rank].to(device)
     try:  # DDP refuses SyncBatchNorm on a CPU module before any forward
-        net = DDP(
-            net.to(device), device_ids=[device] if device.type == "cuda" else None
-        )
+        net = DDP(net.to(device), device_ids=[device] if device.type == "cuda" else None)
         net(share)
     except ValueError as err:
         return {"error": f"{type(err).__name__}: {err}"}

@@ -40,6 +40,7 @@ from ..core.profiles import Profile, get_profile
 from ..core.results import Record
 from ..core.training import flat_params, set_seed, sgd_steps
 from ..runtime.checkpoint import save_checkpoint
+from ..runtime.epochs import train_epochs
 from ..runtime.group import init_from_env, rank_device
 from ..runtime.tblog import open_writer
 from .config import DDPConfig
@@ -50,7 +51,6 @@ from .detectors import (
     gather_traces,
     track_buffers,
 )
-from ..runtime.epochs import train_epochs
 from .loop import setup_rank, wrap_ddp
 from .sampling import SampledLoader, sampler_indices
 
@@ -192,8 +192,7 @@ def train_reference_ddp(
     def global_batches():
         for epoch in range(2**31):
             shares = [
-                torch.tensor(s)
-                for s in sampler_indices(data.train, world_size, epoch, seed=seed)
+                torch.tensor(s) for s in sampler_indices(data.train, world_size, epoch, seed=seed)
             ]
             for start in range(0, len(shares[0]), batch):
                 idx = torch.cat([s[start : start + batch] for s in shares])

@@ -39,18 +39,12 @@ def unused_parameters(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> list[
     on the data) may escape this one look.
     """
     if len(X) != len(y):
-        raise ValueError(
-            f"X and y must hold the same number of samples, got {len(X)} and {len(y)}"
-        )
+        raise ValueError(f"X and y must hold the same number of samples, got {len(X)} and {len(y)}")
     with torch.random.fork_rng(devices=gpu_indices([X.device])):
         shadow = copy.deepcopy(net)
         shadow.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(shadow(X), y).backward()
-    return [
-        name
-        for name, p in shadow.named_parameters()
-        if p.requires_grad and p.grad is None
-    ]
+    return [name for name, p in shadow.named_parameters() if p.requires_grad and p.grad is None]
 
 
 def check_unused_parameters(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> None:

@@ -12,14 +12,24 @@ the mistakes of a published torchrun job.
 """
 
 # Every module's public names, re-exported: ``from companion.elastic import ...``.
-from . import agents, cli, kubernetes, launchers, published_job, rendezvous, sampler, snapshot, trainer
+from . import (
+    agents,
+    cli,
+    kubernetes,
+    launchers,
+    published_job,
+    rendezvous,
+    sampler,
+    snapshot,
+    trainer,
+)
 from .agents import *  # noqa: F401,F403
 from .cli import *  # noqa: F401,F403
 from .kubernetes import *  # noqa: F401,F403
 from .launchers import *  # noqa: F401,F403
+from .published_job import *  # noqa: F401,F403
 from .rendezvous import *  # noqa: F401,F403
 from .sampler import *  # noqa: F401,F403
-from .published_job import *  # noqa: F401,F403
 from .snapshot import *  # noqa: F401,F403
 from .trainer import *  # noqa: F401,F403
 

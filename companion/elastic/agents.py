@@ -113,13 +113,23 @@ def run_agents(
     base = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     with private_tmpdir(base) as tmp:
         procs, deadline = [], time.monotonic() + timeout
-        logs = [(Path(tmp, f"agent{i}.out"), Path(tmp, f"agent{i}.err")) for i in range(len(commands))]
+        logs = [
+            (Path(tmp, f"agent{i}.out"), Path(tmp, f"agent{i}.err")) for i in range(len(commands))
+        ]
         for i, (command, (out, err)) in enumerate(zip(commands, logs)):
             env = {**base, KILL_VAR: (kill or {}).get(i, "")}
             argv = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
             with open(out, "w") as stdout, open(err, "w") as stderr:
-                procs.append(subprocess.Popen(argv, stdout=stdout, stderr=stderr, text=True,
-                                              env=env, start_new_session=True))
+                procs.append(
+                    subprocess.Popen(
+                        argv,
+                        stdout=stdout,
+                        stderr=stderr,
+                        text=True,
+                        env=env,
+                        start_new_session=True,
+                    )
+                )
             if i == 0 and len(commands) > 1:
                 _wait_for_rendezvous(command, procs[0], deadline)
         try:

@@ -42,7 +42,9 @@ def _manifest(check):
         try:
             return check(doc, path)
         except KeyError as err:
-            raise LaunchFileError(f"{path}: no {err.args[0]!r} where the manifest needs one") from err
+            raise LaunchFileError(
+                f"{path}: no {err.args[0]!r} where the manifest needs one"
+            ) from err
 
     return checked
 
@@ -188,4 +190,3 @@ def check_t9k_job(doc: dict, path="") -> dict:
         f"--log-dir {summary['log dir']} is not the directory TensorBoard serves {served}",
     )
     return {"image": image, "nodes": node["replicas"], "processes per node": nproc, **summary}
-

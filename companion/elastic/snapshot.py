@@ -72,7 +72,9 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: dict[str, Any]) -> None:
     """Restore what :func:`rng_state` captured (CUDA states on the GPUs there are)."""
     if not isinstance(state, dict) or not {"python", "torch", "cuda"} <= set(state):
-        raise TypeError(f"state must be what rng_state() returns (a dict), got {type(state).__name__}")
+        raise TypeError(
+            f"state must be what rng_state() returns (a dict), got {type(state).__name__}"
+        )
     version, internal, gauss = state["python"]
     random.setstate((version, tuple(internal), gauss))
     torch.set_rng_state(state["torch"])
@@ -109,8 +111,12 @@ def make_snapshot(
 def _check_parts(net, optimizer, scheduler, **counts: int) -> None:
     check_module(net)
     check_instance(optimizer, "optimizer", torch.optim.Optimizer, "pass the optimizer itself")
-    check_instance(scheduler, "scheduler", torch.optim.lr_scheduler.LRScheduler,
-                   "pass warmup_schedule(optimizer, 0) for a run without warm-up")
+    check_instance(
+        scheduler,
+        "scheduler",
+        torch.optim.lr_scheduler.LRScheduler,
+        "pass warmup_schedule(optimizer, 0) for a run without warm-up",
+    )
     for name, value in counts.items():
         check_int(value, name, 0)
 
@@ -223,7 +229,11 @@ def describe_snapshot(snapshot: dict[str, Any]) -> str:
 def check_snapshot(snapshot: Any, name: str = "snapshot") -> dict[str, Any]:
     """``snapshot`` if it is a snapshot of this format; ``SnapshotError`` saying what to pass else."""
     if not isinstance(snapshot, dict) or snapshot.get("format") != FORMAT:
-        what = f"a dict whose 'format' is not {FORMAT}" if isinstance(snapshot, dict) else type(snapshot).__name__
+        what = (
+            f"a dict whose 'format' is not {FORMAT}"
+            if isinstance(snapshot, dict)
+            else type(snapshot).__name__
+        )
         raise SnapshotError(
             f"{name} is not a snapshot ({what}): pass what make_snapshot returns or "
             f"load_snapshot reads"

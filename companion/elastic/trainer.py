@@ -185,9 +185,8 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
 
     def save(epoch: int, position: int) -> None:
         if dist.get_rank() == 0:
-            state = make_snapshot(run.net, run.optimizer, scheduler, epoch=epoch,
-                                  position=position, step=run.steps, config=config)
-            save_snapshot(state, opts.snapshot)
+            at = dict(epoch=epoch, position=position, step=run.steps, config=config)
+            save_snapshot(make_snapshot(run.net, run.optimizer, scheduler, **at), opts.snapshot)
 
     def on_step(step: int, loss: torch.Tensor, samples: int) -> None:
         nonlocal position
@@ -205,8 +204,10 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
         if run.steps != cfg.max_steps:  # stopped as a crash would: no snapshot now
             save(epoch + 1, 0)
             if record is not None:
-                log.say(f"epoch {epoch + 1}/{cfg.epochs}: test accuracy {record.test_acc:.4f}, "
-                        f"snapshot: step {run.steps}")
+                log.say(
+                    f"epoch {epoch + 1}/{cfg.epochs}: test accuracy {record.test_acc:.4f}, "
+                    f"snapshot: step {run.steps}"
+                )
 
     try:
         records = train_epochs(run, on_step, on_epoch, first_epoch=first)

@@ -10,15 +10,26 @@ as their wrapper) and :mod:`.dropin` (each pattern torch's DDP allows, under eac
 """
 
 # Every module's public names, re-exported: ``from companion.internals import ...``.
-from . import buckets, dropin, dropin_cases, hooks, lifetime, naive, sweep, tied_frozen_unused, timeline, training
+from . import (
+    buckets,
+    dropin,
+    dropin_cases,
+    hooks,
+    lifetime,
+    naive,
+    sweep,
+    tied_frozen_unused,
+    timeline,
+    training,
+)
 from .buckets import *  # noqa: F401,F403
 from .dropin import *  # noqa: F401,F403
 from .dropin_cases import *  # noqa: F401,F403
-from .lifetime import *  # noqa: F401,F403
-from .tied_frozen_unused import *  # noqa: F401,F403
 from .hooks import *  # noqa: F401,F403
+from .lifetime import *  # noqa: F401,F403
 from .naive import *  # noqa: F401,F403
 from .sweep import *  # noqa: F401,F403
+from .tied_frozen_unused import *  # noqa: F401,F403
 from .timeline import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
 

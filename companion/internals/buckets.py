@@ -43,8 +43,9 @@ from torch import nn
 
 from ..core.checks import check_positive
 from ..runtime.agree import check_ranks_agree
+from .hooks import HookedDDP
 from .lifetime import reachable_parameters
-from .naive import NaiveDDP, sample_weight
+from .naive import sample_weight
 
 __all__ = ["assign_buckets", "Bucket", "BucketedDDP", "fill_unused", "used_anywhere"]
 
@@ -73,7 +74,7 @@ def assign_buckets(params: Sequence[torch.Tensor], bucket_cap_mb: float) -> list
 
 
 class Bucket:
-    """One flat buffer holding the gradients of some parameters, and its all-reduce."""
+    """One flat buffer holding the gradients of some parameters, all-reduced as one."""
 
     def __init__(self, named: list[tuple[str, nn.Parameter]]):
         self.names = [name for name, _ in named]
@@ -84,36 +85,39 @@ class Bucket:
         self.reset()
 
     def reset(self) -> None:
-        """A new step: no slot ready, no all-reduce started."""
+        """A new step: no slot ready."""
         self.ready: set[str] = set()
-        self.work = None
 
     @property
     def complete(self) -> bool:
         return len(self.ready) == len(self.names)
 
 
-class BucketedDDP(NaiveDDP):
+class BucketedDDP(HookedDDP):
     """Gradients copied into buckets; one async all-reduce per complete bucket."""
 
-    def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0, *,
-                 weigh_by_samples=False, find_unused_parameters=False,
-                 finish_in_backward=True):
+    def __init__(
+        self,
+        module: nn.Module,
+        bucket_cap_mb: float = 25.0,
+        *,
+        weigh_by_samples=False,
+        find_unused_parameters=False,
+        finish_in_backward=True,
+    ):
         super().__init__(module, weigh_by_samples, finish_in_backward)
         groups = assign_buckets([p for _, p in self._params], bucket_cap_mb)
         self.buckets = [Bucket([self._params[i] for i in g]) for g in groups]
         self.find_unused_parameters = bool(find_unused_parameters)
-        options = dict(bucket_cap_mb=bucket_cap_mb,
-                       find_unused_parameters=find_unused_parameters)
+        options = dict(bucket_cap_mb=bucket_cap_mb, find_unused_parameters=find_unused_parameters)
         check_ranks_agree(module, options, "BucketedDDP")
-        self._slots = {name: (b, slot) for b in self.buckets
-                       for name, slot in zip(b.names, b.slots)}
+        self._slots = {n: (b, s) for b in self.buckets for n, s in zip(b.names, b.slots)}
         self._scale, self._next = 1.0, 0
         if self.find_unused_parameters:  # as torch: walk the graph from the outputs
             self.register_forward_hook(note_reachable)
 
     def _prepare(self) -> None:
-        self._scale, self._next = sample_weight(self), 0
+        self._scale, self._next, self._works = sample_weight(self), 0, []
         for b in self.buckets:
             b.reset()
         if self.find_unused_parameters:
@@ -127,10 +131,10 @@ class BucketedDDP(NaiveDDP):
 
     def _launch_ready(self) -> None:
         """Start every complete bucket whose predecessors have all started."""
-        for b in self.buckets[self._next:]:  # in index order, on every rank
+        for b in self.buckets[self._next :]:  # in index order, on every rank
             if not b.complete:
                 return
-            b.work = dist.all_reduce(b.buffer, async_op=True)
+            self._works.append(dist.all_reduce(b.buffer, async_op=True))
             self._next, self.allreduces = self._next + 1, self.allreduces + 1
 
     def _average(self) -> None:
@@ -141,10 +145,6 @@ class BucketedDDP(NaiveDDP):
             for name, p, slot in zip(b.names, b.params, b.slots):
                 if used[name]:  # unused by every rank: keeps its .grad
                     _set_grad(p, slot.view_as(p))
-
-    def _wait_started(self) -> None:
-        for b in self.buckets[: self._next]:
-            b.work.wait()
 
 
 def note_reachable(net: BucketedDDP, args, out) -> None:

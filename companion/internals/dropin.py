@@ -52,8 +52,10 @@ def _input(kind: str, rank: int):
 
 
 def _grads(model: nn.Module) -> dict:
-    return {n: None if p.grad is None else p.grad.to_dense().clone()
-            for n, p in model.named_parameters()}
+    return {
+        n: None if p.grad is None else p.grad.to_dense().clone()
+        for n, p in model.named_parameters()
+    }
 
 
 def _raised(err: Exception) -> str:

@@ -50,7 +50,11 @@ class _Trunk(nn.Module):
         self.h1, self.h2 = nn.Linear(2, 1, bias=False), nn.Linear(2, 1, bias=False)
 
     def forward(self, x):
-        h = self.trunk(x) if self.reentrant is None else checkpoint(self.trunk, x, use_reentrant=True)
+        h = (
+            self.trunk(x)
+            if self.reentrant is None
+            else checkpoint(self.trunk, x, use_reentrant=True)
+        )
         return self.h1(torch.tanh(h)), self.h2(torch.tanh(h))
 
 
@@ -136,29 +140,96 @@ def _no_input(net, x):
 # case ends with the next step's forward pass, but create_graph: torch's DDP refuses any
 # forward pass while .grad holds a graph.
 CASES: dict[str, tuple] = {
-    "accumulate, then unused": ("a parameter used under no_sync(), unused in the step that syncs",
-                                _Spare, "dense", True, _accumulated_then_unused),
-    "unused by every rank": ("a parameter no rank used in this step keeps its .grad",
-                             _Spare, "dense", True, _unused_everywhere),
-    "nested no_sync": ("no_sync() inside no_sync(): the outer block still holds",
-                       _Two, "dense", False, _nested_no_sync),
-    "output ignored": ("a forward pass whose output is not used", _Two, "dense", False, _ignored_output),
-    "two forwards": ("two forward passes, one backward through both", _Two, "dense", False, _two_forwards),
-    "metric with autograd": ("a forward pass between steps, autograd on",
-                             _Two, "dense", False, _metric_with_autograd),
-    "checkpointed wrapper": ("torch.utils.checkpoint (non-reentrant) around the wrapper",
-                             _Two, "dense", False, _checkpointed_wrapper),
-    "two backwards": ("two backward passes, each through its own parameters",
-                      _Two, "dense", False, _two_backwards),
-    "two backwards, shared": ("two backward passes through the same parameters",
-                              _Trunk, "dense", False, _two_backwards_shared),
-    "reentrant checkpoint": ("reentrant torch.utils.checkpoint inside the model",
-                             lambda: _Trunk(reentrant=True), "grad", False, _summed),
-    "create_graph": ("backward(create_graph=True), one weight (torch's DDP refuses two)",
-                     lambda: nn.Linear(2, 1, bias=False), "dense", False, _create_graph),
-    "sparse gradients": ("nn.Embedding(sparse=True)", lambda: nn.Embedding(4, 2, sparse=True),
-                         "index", False, _sparse),
+    "accumulate, then unused": (
+        "a parameter used under no_sync(), unused in the step that syncs",
+        _Spare,
+        "dense",
+        True,
+        _accumulated_then_unused,
+    ),
+    "unused by every rank": (
+        "a parameter no rank used in this step keeps its .grad",
+        _Spare,
+        "dense",
+        True,
+        _unused_everywhere,
+    ),
+    "nested no_sync": (
+        "no_sync() inside no_sync(): the outer block still holds",
+        _Two,
+        "dense",
+        False,
+        _nested_no_sync,
+    ),
+    "output ignored": (
+        "a forward pass whose output is not used",
+        _Two,
+        "dense",
+        False,
+        _ignored_output,
+    ),
+    "two forwards": (
+        "two forward passes, one backward through both",
+        _Two,
+        "dense",
+        False,
+        _two_forwards,
+    ),
+    "metric with autograd": (
+        "a forward pass between steps, autograd on",
+        _Two,
+        "dense",
+        False,
+        _metric_with_autograd,
+    ),
+    "checkpointed wrapper": (
+        "torch.utils.checkpoint (non-reentrant) around the wrapper",
+        _Two,
+        "dense",
+        False,
+        _checkpointed_wrapper,
+    ),
+    "two backwards": (
+        "two backward passes, each through its own parameters",
+        _Two,
+        "dense",
+        False,
+        _two_backwards,
+    ),
+    "two backwards, shared": (
+        "two backward passes through the same parameters",
+        _Trunk,
+        "dense",
+        False,
+        _two_backwards_shared,
+    ),
+    "reentrant checkpoint": (
+        "reentrant torch.utils.checkpoint inside the model",
+        lambda: _Trunk(reentrant=True),
+        "grad",
+        False,
+        _summed,
+    ),
+    "create_graph": (
+        "backward(create_graph=True), one weight (torch's DDP refuses two)",
+        lambda: nn.Linear(2, 1, bias=False),
+        "dense",
+        False,
+        _create_graph,
+    ),
+    "sparse gradients": (
+        "nn.Embedding(sparse=True)",
+        lambda: nn.Embedding(4, 2, sparse=True),
+        "index",
+        False,
+        _sparse,
+    ),
     "no positional input": ("forward() takes no argument", _NoInput, "none", False, _no_input),
-    "backward through .module": ("the model used directly: nothing is communicated",
-                                 _Two, "dense", False, _through_module),
+    "backward through .module": (
+        "the model used directly: nothing is communicated",
+        _Two,
+        "dense",
+        False,
+        _through_module,
+    ),
 }

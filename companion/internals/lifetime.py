@@ -33,9 +33,9 @@ __all__ = ["hook_parameters", "in_backward", "reachable_parameters"]
 _OWNER: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> ref to its wrapper
 
 
-def hook_parameters(wrapper: nn.Module,
-                    named: Sequence[tuple[str, nn.Parameter]],
-                    method: Callable) -> list:
+def hook_parameters(
+    wrapper: nn.Module, named: Sequence[tuple[str, nn.Parameter]], method: Callable
+) -> list:
     """Call ``method(name, p)`` when each ``p``'s gradient is accumulated, while ``wrapper`` lives.
 
     ``wrapper.module`` is the wrapped module: a wrapper already over it gets
@@ -52,8 +52,7 @@ def hook_parameters(wrapper: nn.Module,
         if bound is not None:
             bound(name, p)
 
-    handles = [p.register_post_accumulate_grad_hook(partial(hook, name))
-               for name, p in named]
+    handles = [p.register_post_accumulate_grad_hook(partial(hook, name)) for name, p in named]
     weakref.finalize(wrapper, _remove, handles)
     _OWNER[wrapper.module] = weakref.ref(wrapper)
     return handles

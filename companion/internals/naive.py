@@ -46,8 +46,8 @@ Two things are shared by every step:
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.distributed as dist
@@ -103,12 +103,14 @@ class NaiveDDP(StepBookkeeping, nn.Module):
     one-number count of ``weigh_by_samples`` is not counted).
     """
 
-    def __init__(self, module: nn.Module, weigh_by_samples: bool = False,
-                 finish_in_backward: bool = True):
+    def __init__(
+        self, module: nn.Module, weigh_by_samples: bool = False, finish_in_backward: bool = True
+    ):
         super().__init__()
         name = type(self).__name__
-        _check(module, name, weigh_by_samples=weigh_by_samples,
-               finish_in_backward=finish_in_backward)
+        _check(
+            module, name, weigh_by_samples=weigh_by_samples, finish_in_backward=finish_in_backward
+        )
         self.module, self.weigh_by_samples = module, weigh_by_samples
         self.allreduces = 0
         check_ranks_agree(module, {"weigh_by_samples": weigh_by_samples}, name)
@@ -164,8 +166,7 @@ def sample_weight(net: NaiveDDP) -> float:
     if not net.weigh_by_samples:
         return 1.0 / dist.get_world_size()
     device = next(net.module.parameters()).device  # nccl: GPU tensors only
-    total = torch.tensor([float(net._samples)], dtype=torch.float64,
-                         device=device)
+    total = torch.tensor([float(net._samples)], dtype=torch.float64, device=device)
     dist.all_reduce(total)
     return net._samples / float(total)
 

@@ -128,8 +128,10 @@ def check_trainable(named: list) -> list:
 
 def _twice(name: str, wrapper: str, unreachable: bool = False) -> str:
     if unreachable:
-        return (f"{wrapper}: {name} got a gradient, but forward's outputs do not lead to it: "
-                f"return every tensor the loss uses")
+        return (
+            f"{wrapper}: {name} got a gradient, but forward's outputs do not lead to it: "
+            f"return every tensor the loss uses"
+        )
     return (
         f"{wrapper}: parameter {name} got a second gradient in one synchronised step "
         f"(two backward passes through it). Torch's DDP refuses this too: add the losses "

@@ -19,7 +19,7 @@ about the steady rate the model assumes.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from torch import nn
 

@@ -15,10 +15,9 @@ device is synchronised around each phase.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from functools import partial
-from typing import Sequence
 
 import torch
 import torch.distributed as dist
@@ -28,8 +27,8 @@ from ..core.checks import check_choice, check_int
 from ..core.devices import synchronize
 from ..core.training import set_seed
 from ..runtime.group import rank_device
-from .sweep import get_bench_model
 from .naive import NaiveDDP, trainable_parameters
+from .sweep import get_bench_model
 from .training import wrap
 
 __all__ = ["Event", "record_step", "recording", "overlap", "plot_timeline"]

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -142,7 +143,7 @@ def plot_forward(trace: ForwardTrace, title: str | None = None):
         4,
         (k - 1) / 2,
         k - 0.3,
-        f"output\n{shape(trace.output[0])}\non " f"{trace.output[1]}",
+        f"output\n{shape(trace.output[0])}\non {trace.output[1]}",
         "grey",
     )
     for i in range(k):
@@ -156,7 +157,7 @@ def plot_forward(trace: ForwardTrace, title: str | None = None):
             3,
             i,
             0.8,
-            f"{trace.threads[i][0]}\nreplica {i}(chunk {i})\n-> {shape(os_)} " f"on {od}",
+            f"{trace.threads[i][0]}\nreplica {i}(chunk {i})\n-> {shape(os_)} on {od}",
             c,
         )
         for x in (0, 1, 2, 3):
@@ -183,7 +184,7 @@ def plot_forward(trace: ForwardTrace, title: str | None = None):
         )
         if end - start > 0.15 * total:
             clock.text((start + end) / 2 * ms, 0, name, ha="center", va="center", fontsize=7)
-    for i, (name, start, end) in enumerate(trace.threads):
+    for i, (_, start, end) in enumerate(trace.threads):
         clock.barh(i + 1, (end - start) * ms, left=start * ms, color=rank_color(i))
     clock.set_yticks(
         range(k + 1), ["calling thread"] + [n for n, _, _ in trace.threads], fontsize=7.5

@@ -14,8 +14,8 @@ up what each rank sent and received.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Sequence
 
 from ..collectives.tour import TRACED, trace_allreduce
 from ..collectives.trace import Step, link_load

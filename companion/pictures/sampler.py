@@ -12,7 +12,7 @@ read by an unshuffled ``DistributedSampler`` (padded) and by
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from torch.utils.data.distributed import DistributedSampler
 

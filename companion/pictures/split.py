@@ -13,7 +13,8 @@ without the recording phases, the step is the chapter's own.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 from torch import nn

@@ -17,7 +17,8 @@ naming the rank and the parameter or setting that differs.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -116,7 +117,9 @@ def _first_difference(first: dict, other: dict, rank: int) -> str:
             if name not in a:
                 return f"rank {rank} has {kind} {name!r}, rank 0 has not"
         if list(a) != list(b):
-            return f"the {kind}s come in a different order on rank {rank}: {list(b)} against {list(a)}"
+            return (
+                f"the {kind}s come in a different order on rank {rank}: {list(b)} against {list(a)}"
+            )
     return ""
 
 

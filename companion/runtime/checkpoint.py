@@ -107,8 +107,7 @@ def load_checkpoint(net: nn.Module, path: str | Path) -> nn.Module:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(
-            f"no checkpoint at {path}; train with checkpoint={str(path)!r} "
-            f"(or --checkpoint) first"
+            f"no checkpoint at {path}; train with checkpoint={str(path)!r} (or --checkpoint) first"
         )
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -118,9 +117,7 @@ def load_checkpoint(net: nn.Module, path: str | Path) -> nn.Module:
             f"empty, truncated or another kind of file: save it again with "
             f"save_checkpoint"
         ) from err
-    if not isinstance(state, dict) or not all(
-        isinstance(v, torch.Tensor) for v in state.values()
-    ):
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise CheckpointError(
             f"{path} holds a {type(state).__name__}, not a model's state dict: "
             f"load a file written by save_checkpoint"

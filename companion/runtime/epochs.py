@@ -60,7 +60,9 @@ class Rank:
     steps: int = 0  # global steps taken so far
 
 
-def epoch_record(run: Rank, epoch: int, totals: torch.Tensor, seconds: float, test_acc: float) -> Record:
+def epoch_record(
+    run: Rank, epoch: int, totals: torch.Tensor, seconds: float, test_acc: float
+) -> Record:
     """The one way an epoch's :class:`Record` is built; ``totals`` summed over the ranks."""
     loss_sum, n = totals.tolist()
     return Record(

@@ -55,9 +55,7 @@ def backend_for(local_world_size: int) -> str:
     return "nccl" if nccl and gpu_count() >= local_world_size else "gloo"
 
 
-def rank_device(
-    local_rank: int | None = None, backend: str | None = None
-) -> torch.device:
+def rank_device(local_rank: int | None = None, backend: str | None = None) -> torch.device:
     """The device a rank computes on: ``cuda:local_rank`` under nccl, the CPU otherwise.
 
     Inside a worker both arguments default to the current process group's
@@ -73,9 +71,7 @@ def rank_device(
         if local_rank is None:
             local_rank = int(os.environ.get("LOCAL_RANK", dist.get_rank()))
         backend = dist.get_backend() if backend is None else backend
-    return (
-        torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
-    )
+    return torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
 
 
 def check_group(name: str) -> tuple[int, int]:
@@ -95,7 +91,9 @@ def ddp_device_ids(device: torch.device) -> list[torch.device] | None:
     rank's model to a GPU that happens to be present.
     """
     if not isinstance(device, torch.device):
-        raise TypeError(f"device must be a torch.device, got {device!r}: pass torch.device({device!r})")
+        raise TypeError(
+            f"device must be a torch.device, got {device!r}: pass torch.device({device!r})"
+        )
     return [device] if device.type == "cuda" else None
 
 

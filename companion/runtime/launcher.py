@@ -29,9 +29,10 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from datetime import timedelta
 from multiprocessing.connection import wait
-from typing import Any, Callable
+from typing import Any
 
 import torch.distributed as dist
 
@@ -85,9 +86,7 @@ def _worker(rank, world_size, payload, backend, port, timeout, env, conn) -> Non
     threading.Thread(target=_exit_with_parent, daemon=True).start()  # no orphans
     try:
         fn, args, kwargs = pickle.loads(payload)
-        store = dist.TCPStore(
-            MASTER_ADDR, port, world_size, False, timedelta(seconds=timeout)
-        )
+        store = dist.TCPStore(MASTER_ADDR, port, world_size, False, timedelta(seconds=timeout))
         join_group(
             backend,
             rank,
@@ -143,18 +142,14 @@ def _context(start_method: str | None, fn: Callable):
             "state or OpenMP threads can hang or crash; use 'forkserver' or 'spawn'"
         )
     if method not in methods:
-        raise ValueError(
-            f"start method {method!r} is not available; use one of {methods}"
-        )
+        raise ValueError(f"start method {method!r} is not available; use one of {methods}")
     ctx = mp.get_context(method)
     stop_helpers_when_kernel_exits()  # the helpers it starts: else a kernel's exit stalls
     if method == "forkserver":  # the preload list is used when the server starts
         module = getattr(fn, "__module__", None)
         main_file = getattr(sys.modules.get("__main__"), "__file__", None)
         importable = module != "__main__" or (main_file and os.path.isfile(main_file))
-        ctx.set_forkserver_preload(
-            PRELOAD + ([module] if module and importable else [])
-        )
+        ctx.set_forkserver_preload(PRELOAD + ([module] if module and importable else []))
     return ctx
 
 

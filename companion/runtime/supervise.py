@@ -187,10 +187,12 @@ def _describe_exit(exitcode: int) -> str:
 def _abort_hint(exitcode: int) -> str:
     if exitcode != -signal.SIGABRT:
         return ""
-    return (" A SIGABRT inside gloo often means that the ranks posted messages of different "
-            "sizes (a tensor shaped differently on one rank): rerun with "
-            "TORCH_DISTRIBUTED_DEBUG=DETAIL to have torch's collectives and the hand-written "
-            "all-reduces compare the ranks' tensors first.")
+    return (
+        " A SIGABRT inside gloo often means that the ranks posted messages of different "
+        "sizes (a tensor shaped differently on one rank): rerun with "
+        "TORCH_DISTRIBUTED_DEBUG=DETAIL to have torch's collectives and the hand-written "
+        "all-reduces compare the ranks' tensors first."
+    )
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -208,9 +210,7 @@ def _failure(world_size, pids, errors, deaths, pending, timeout) -> LaunchError:
     """
     notes = [f"rank {r} {_describe_exit(code)}" for r, code in deaths]
     for _, r, kind, msg, _ in sorted(errors):
-        notes.append(
-            f"rank {r} raised {kind}: {msg.splitlines()[0][:160] if msg else ''}"
-        )
+        notes.append(f"rank {r} raised {kind}: {msg.splitlines()[0][:160] if msg else ''}")
     if pending:
         were = "were" if len(pending) > 1 else "was"
         notes.append(f"{_ranks(pending)} had not finished and {were} stopped")

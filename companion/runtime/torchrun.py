@@ -18,10 +18,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 from ..core.checks import check_int, check_positive
 from .group import threads_per_worker
@@ -51,12 +51,11 @@ class TorchrunResult:
     stdout: str
     stderr: str
 
-    def check(self) -> "TorchrunResult":
+    def check(self) -> TorchrunResult:
         """Raise ``RuntimeError`` with the output's tail unless the run succeeded."""
         if self.returncode != 0:
             raise RuntimeError(
-                f"{self.command} exited with code {self.returncode}:\n"
-                f"{self.stderr[-3000:]}"
+                f"{self.command} exited with code {self.returncode}:\n{self.stderr[-3000:]}"
             )
         return self
 

@@ -14,9 +14,26 @@ rank, formulas, the calculator), :mod:`.measure` (one measured step),
 """
 
 # Every module's public names, re-exported: ``from companion.sharding import ...``.
-from . import checkpoint, clip, flat, freed, ledger, library, measure, memory, timeline, training, verify, zero1, zero2, zero3
+from . import (
+    checkpoint,
+    clip,
+    flat,
+    freed,
+    ledger,
+    library,
+    measure,
+    memory,
+    timeline,
+    training,
+    verify,
+    zero1,
+    zero2,
+    zero3,
+)
 from .checkpoint import *  # noqa: F401,F403
+from .clip import *  # noqa: F401,F403
 from .flat import *  # noqa: F401,F403
+from .freed import *  # noqa: F401,F403
 from .ledger import *  # noqa: F401,F403
 from .library import *  # noqa: F401,F403
 from .measure import *  # noqa: F401,F403
@@ -27,8 +44,6 @@ from .verify import *  # noqa: F401,F403
 from .zero1 import *  # noqa: F401,F403
 from .zero2 import *  # noqa: F401,F403
 from .zero3 import *  # noqa: F401,F403
-from .freed import *  # noqa: F401,F403
-from .clip import *  # noqa: F401,F403
 
 __all__ = list(
     dict.fromkeys(

@@ -81,7 +81,12 @@ def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str |
 
 
 def checkpoint_worker(
-    rank: int, world_size: int, path: str, action: str, X: torch.Tensor, y: torch.Tensor,
+    rank: int,
+    world_size: int,
+    path: str,
+    action: str,
+    X: torch.Tensor,
+    y: torch.Tensor,
     steps: int = 2,
 ) -> dict[str, torch.Tensor]:
     """Worker: FSDP2 with Adam on the chapter-6 model; ``action`` ``"save"`` trains ``steps``

@@ -22,7 +22,8 @@ finds each rank's own, not yet averaged, gradients. Neither clips correctly.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist

@@ -62,7 +62,12 @@ def guard_reads(modules: list[nn.Module]) -> None:
         if cls in _GUARDED.values():
             continue
         if cls not in _GUARDED:
-            _GUARDED[cls] = type(f"Zero3{cls.__name__}", (cls,), {
-                "__getattr__": _guarded_getattr, "__module__": cls.__module__,
-            })
+            _GUARDED[cls] = type(
+                f"Zero3{cls.__name__}",
+                (cls,),
+                {
+                    "__getattr__": _guarded_getattr,
+                    "__module__": cls.__module__,
+                },
+            )
         module.__class__ = _GUARDED[cls]

@@ -34,7 +34,6 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import torch
 import torch.distributed as dist
 
 from ..core.checks import check_choice, check_int
@@ -82,9 +81,7 @@ class Ledger:
 
     def sent(self, kind: str | None = None) -> float:
         """Bytes this rank sends, over every call (or only those of ``kind``)."""
-        return sum(
-            ring_cost(k, b, self.world_size)[1] for k, b in self.calls if kind in (None, k)
-        )
+        return sum(ring_cost(k, b, self.world_size)[1] for k, b in self.calls if kind in (None, k))
 
     def counts(self) -> dict[str, int]:
         return dict(Counter(k for k, _ in self.calls))

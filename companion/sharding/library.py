@@ -89,8 +89,12 @@ def fsdp2(
             p.data = p.data.contiguous()
     # A zero-size parameter has nothing to shard or reduce, and FSDP2's reduce-scatter
     # fails on its empty gradient: it stays an ordinary tensor, the same on every rank.
-    options = dict(mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=policy,
-                   ignored_params={p for p in net.parameters() if p.numel() == 0})
+    options = dict(
+        mesh=mesh,
+        reshard_after_forward=reshard_after_forward,
+        mp_policy=policy,
+        ignored_params={p for p in net.parameters() if p.numel() == 0},
+    )
     for unit in default_units(net) if units is None else units:
         fully_shard(unit, **options)
     fully_shard(net, **options)

@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..core.devices import synchronize
+from ..core.noise import rotated
 from ..core.precision import MathMode
 from ..core.training import set_seed
 from ..runtime.group import rank_device
@@ -53,8 +54,13 @@ def _batch(batch: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor
 
 
 def state_worker(
-    rank: int, world_size: int, methods=METHODS, width: int = 24, depth: int = 3,
-    precision: str = "fp32", batch: int = 8,
+    rank: int,
+    world_size: int,
+    methods=METHODS,
+    width: int = 24,
+    depth: int = 3,
+    precision: str = "fp32",
+    batch: int = 8,
 ) -> dict[str, dict[str, Any]]:
     """Worker: ``{method: {"calls", "state", "peak", "psi", "tensors"}}`` of one measured step
     (``tensors``: the trainable parameter tensors)."""
@@ -67,9 +73,11 @@ def state_worker(
         net = divisible_mlp(width, depth).to(device)
         psi = sum(p.numel() for p in net.parameters())
         model, opt = shard(method, net, mode=mode, lr=1e-3)
-        for measured in (False, True):
+        for _ in range(2):  # the first step warms up; the second is measured
             samples: list[int] = []
-            hooks = _sample_during_step(net, lambda: samples.append(measure_state(model, opt)["total"]))
+            hooks = _sample_during_step(
+                net, lambda: samples.append(measure_state(model, opt)["total"])
+            )
             with count_bytes() as ledger:
                 with mode.autocast():
                     loss = F.cross_entropy(model(X), y)
@@ -81,8 +89,13 @@ def state_worker(
             opt.zero_grad()
         peak = max(samples + [state["total"]])
         tensors = sum(1 for p in net.parameters() if p.requires_grad)
-        out[method] = {"calls": ledger.calls, "state": state, "peak": peak, "psi": psi,
-                       "tensors": tensors}
+        out[method] = {
+            "calls": ledger.calls,
+            "state": state,
+            "peak": peak,
+            "psi": psi,
+            "tensors": tensors,
+        }
     return out
 
 
@@ -93,16 +106,26 @@ def _sample_during_step(net: nn.Module, sample) -> list:
     leaves = [m for m in net.modules() if not list(m.children())]
     hooks = [m.register_forward_pre_hook(lambda *_: sample()) for m in leaves]
     hooks += [m.register_forward_hook(lambda *_: sample()) for m in leaves]
-    hooks += [p.register_post_accumulate_grad_hook(lambda _: sample())
-              for p in net.parameters() if p.requires_grad]
+    hooks += [
+        p.register_post_accumulate_grad_hook(lambda _: sample())
+        for p in net.parameters()
+        if p.requires_grad
+    ]
     return hooks
 
 
 def time_worker(
-    rank: int, world_size: int, methods=("ZeRO-3", "FSDP2"), width: int = 96, depth: int = 4,
-    batch: int = 32, steps: int = 10, rounds: int = 3,
-) -> dict[str, float]:
-    """Worker: ``{method: median seconds per step}``, methods taking turns, warm-up excluded.
+    rank: int,
+    world_size: int,
+    methods=("ZeRO-3", "FSDP2"),
+    width: int = 96,
+    depth: int = 4,
+    batch: int = 32,
+    steps: int = 10,
+    rounds: int = 3,
+) -> dict[str, list[float]]:
+    """Worker: ``{method: each round's median seconds per step}``, the methods taking turns
+    (who goes first rotates), two untimed steps before each turn.
 
     A step's time is the slowest rank's (one all-reduce of the times at the end).
     """
@@ -112,9 +135,9 @@ def time_worker(
     for method in methods:
         set_seed(0)
         runs[method] = shard(method, divisible_mlp(width, depth).to(device), lr=1e-3)
-    times = torch.zeros(rounds * steps, len(methods), dtype=torch.float64)
+    times = torch.zeros(rounds, steps, len(methods), dtype=torch.float64)
     for r in range(rounds):
-        for j, (model, opt) in enumerate(runs.values()):
+        for j, (model, opt) in rotated(list(enumerate(runs.values())), r):
             for i in range(-2, steps):  # two untimed steps each turn
                 dist.barrier()
                 synchronize(device)
@@ -124,11 +147,11 @@ def time_worker(
                 opt.zero_grad()
                 synchronize(device)
                 if i >= 0:
-                    times[r * steps + i, j] = time.perf_counter() - start
+                    times[r, i, j] = time.perf_counter() - start
     times = times.to(device)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
-    medians = times.cpu().median(dim=0).values.tolist()
-    return dict(zip(methods, medians))
+    per_round = times.cpu().median(dim=1).values  # [rounds, methods]
+    return {method: per_round[:, j].tolist() for j, method in enumerate(methods)}
 
 
 def bench_worker(
@@ -136,7 +159,15 @@ def bench_worker(
 ) -> dict[str, Any]:
     """Worker of ``python -m companion.bench sharding``: step times and memory, one run."""
     return {
-        "seconds": time_worker(rank, world_size, ("ZeRO-3", "ZeRO-3 prefetch", "FSDP2"),
-                               width, depth, batch, steps, rounds),
+        "seconds": time_worker(
+            rank,
+            world_size,
+            ("ZeRO-3", "ZeRO-3 prefetch", "FSDP2"),
+            width,
+            depth,
+            batch,
+            steps,
+            rounds,
+        ),
         "state": state_worker(rank, world_size, METHODS, width, depth, "fp32", batch),
     }

@@ -53,7 +53,9 @@ SHARDED = {  # which of (parameters, gradients, optimizer state) are split N way
 SAME_AS = {"ZeroRedundancyOptimizer": "ZeRO-1", "FSDP2": "ZeRO-3", "ZeRO-3 prefetch": "ZeRO-3"}
 
 
-def formula_bytes(method: str, psi: int, world_size: int, precision: str = "fp32") -> dict[str, float]:
+def formula_bytes(
+    method: str, psi: int, world_size: int, precision: str = "fp32"
+) -> dict[str, float]:
     """``{"params", "grads", "optimizer", "total"}`` bytes per rank by the table above."""
     method = SAME_AS.get(method, method)
     check_choice(method, "method", [*SHARDED, *SAME_AS])
@@ -62,7 +64,9 @@ def formula_bytes(method: str, psi: int, world_size: int, precision: str = "fp32
     n = check_int(world_size, "world_size")
     out = {
         key: b * psi / (n if split else 1)
-        for key, b, split in zip(("params", "grads", "optimizer"), BYTES_PER_PARAMETER[precision], SHARDED[method])
+        for key, b, split in zip(
+            ("params", "grads", "optimizer"), BYTES_PER_PARAMETER[precision], SHARDED[method]
+        )
     }
     out["total"] = sum(out.values())
     return out
@@ -105,7 +109,11 @@ def measure_state(model: nn.Module, optimizer: Any) -> dict[str, int]:
 
 
 def fits(
-    psi: int, world_size: int, memory_gib: float, method: str, precision: str = "fp32",
+    psi: int,
+    world_size: int,
+    memory_gib: float,
+    method: str,
+    precision: str = "fp32",
     activations_gib: float = 0.0,
 ) -> tuple[bool, float]:
     """``(fits, GiB per rank)``: do ``psi`` parameters' states plus ``activations_gib`` fit?"""
@@ -130,11 +138,22 @@ def plot_memory(measured: dict[int, dict[str, dict]], title: str = ""):
             x, bottom = i + (k - (len(sizes) - 1) / 2) * width, 0.0
             for part, color in zip(("params", "grads", "optimizer"), ("C0", "C1", "C2")):
                 kib = r["state"][part] / 1024
-                ax.bar(x, kib, width * 0.9, bottom=bottom, color=color,
-                       label=part if (k, i) == (0, 0) else None)
+                ax.bar(
+                    x,
+                    kib,
+                    width * 0.9,
+                    bottom=bottom,
+                    color=color,
+                    label=part if (k, i) == (0, 0) else None,
+                )
                 bottom += kib
-            ax.plot([x - width * 0.45, x + width * 0.45], [formula_bytes(method, r["psi"], n)["total"] / 1024] * 2,
-                    color="k", lw=1.5, label="formula" if (k, i) == (0, 0) else None)
+            ax.plot(
+                [x - width * 0.45, x + width * 0.45],
+                [formula_bytes(method, r["psi"], n)["total"] / 1024] * 2,
+                color="k",
+                lw=1.5,
+                label="formula" if (k, i) == (0, 0) else None,
+            )
             ax.text(x, bottom, f"{n}", ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(methods)), methods, fontsize=8, rotation=12)
     ax.set_ylabel("KiB per rank (rank 0)")

@@ -15,7 +15,7 @@ while the current one computes, and only what is left shows as a wait.
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -33,8 +33,13 @@ __all__ = ["record_zero3_step", "waited", "plot_zero3_timeline"]
 
 
 def record_zero3_step(
-    rank: int, world_size: int, prefetch: bool, width: int = 96, depth: int = 6,
-    batch: int = 32, warmup: int = 3,
+    rank: int,
+    world_size: int,
+    prefetch: bool,
+    width: int = 96,
+    depth: int = 6,
+    batch: int = 32,
+    warmup: int = 3,
 ) -> list[Event]:
     """Worker: the events of one ZeRO-3 step on this rank (seconds from its start)."""
     check_int(warmup, "warmup", 0)
@@ -70,29 +75,49 @@ def plot_zero3_timeline(timelines: dict[str, Sequence[Event]], title: str = ""):
 
     if not timelines:
         raise ValueError("give at least one run's events, e.g. {'no prefetch': events}")
-    fig, axes = plt.subplots(len(timelines), 1, figsize=(9.0, 1.6 + 1.5 * len(timelines)),
-                             sharex=True, squeeze=False)
-    colors = {"forward": "C0", "backward": "C1", "optimizer": "C2",
-              "gather": "C4", "reduce-scatter": "C3", "wait": "k"}
+    fig, axes = plt.subplots(
+        len(timelines), 1, figsize=(9.0, 1.6 + 1.5 * len(timelines)), sharex=True, squeeze=False
+    )
+    colors = {
+        "forward": "C0",
+        "backward": "C1",
+        "optimizer": "C2",
+        "gather": "C4",
+        "reduce-scatter": "C3",
+        "wait": "k",
+    }
     for ax, (name, events) in zip(axes[:, 0], timelines.items()):
-        comm = [(label, s, e) for label, s, e in events if label.split()[0] in ("gather", "reduce-scatter")]
+        comm = [
+            (label, s, e)
+            for label, s, e in events
+            if label.split()[0] in ("gather", "reduce-scatter")
+        ]
         lane = 0.8 / max(1, len(comm))
         for label, s, e in events:
             kind = label.split()[0]
             if label in PHASES:
-                ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (1.1, 0.8), color=colors[label], label=label)
+                ax.broken_barh(
+                    [(s * 1e3, (e - s) * 1e3)], (1.1, 0.8), color=colors[label], label=label
+                )
             elif kind == "wait":
-                ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (1.1, 0.25), color="k", label="waiting for a gather")
+                ax.broken_barh(
+                    [(s * 1e3, (e - s) * 1e3)], (1.1, 0.25), color="k", label="waiting for a gather"
+                )
         for i, (label, s, e) in enumerate(sorted(comm, key=lambda c: c[1])):
             kind = label.split()[0]
-            ax.broken_barh([(s * 1e3, (e - s) * 1e3)], (0.1 + i * lane, lane * 0.9),
-                           color=colors[kind], label=kind if kind == "gather" else "reduce-scatter (ends: waited in step)")
+            ax.broken_barh(
+                [(s * 1e3, (e - s) * 1e3)],
+                (0.1 + i * lane, lane * 0.9),
+                color=colors[kind],
+                label=kind if kind == "gather" else "reduce-scatter (ends: waited in step)",
+            )
         ax.set(yticks=[0.5, 1.5], yticklabels=["communication", "compute"])
         ax.set_title(name, fontsize=10, loc="left")
         ax.grid(axis="x", alpha=0.3)
     handles = {h.get_label(): h for ax in axes[:, 0] for h in ax.get_legend_handles_labels()[0]}
-    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=6, fontsize=8,
-               frameon=False)
+    fig.legend(
+        list(handles.values()), list(handles), loc="lower center", ncol=6, fontsize=8, frameon=False
+    )
     axes[-1, 0].set_xlabel("milliseconds from the start of the step")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.07, 1, 1))

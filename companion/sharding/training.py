@@ -29,18 +29,33 @@ from ..core.profiles import Profile, get_profile
 from ..core.results import Record
 from ..ddp.config import DDPConfig
 from ..ddp.loop import setup_rank
-from ..runtime.epochs import train_epochs
 from ..internals.naive import trainable_parameters
 from ..runtime.checkpoint import unwrap
+from ..runtime.epochs import train_epochs
 from ..runtime.group import check_group, ddp_device_ids, rank_device
 from .library import fsdp2, zero_redundancy
 from .zero1 import Zero1, check_precision
 from .zero2 import Zero2
 from .zero3 import Zero3
 
-__all__ = ["METHODS", "shard", "full_parameters", "ShardedResult", "train_sharded", "sharded_worker"]
+__all__ = [
+    "METHODS",
+    "shard",
+    "full_parameters",
+    "ShardedResult",
+    "train_sharded",
+    "sharded_worker",
+]
 
-METHODS = ("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "ZeRO-3 prefetch", "ZeroRedundancyOptimizer", "FSDP2")
+METHODS = (
+    "DDP",
+    "ZeRO-1",
+    "ZeRO-2",
+    "ZeRO-3",
+    "ZeRO-3 prefetch",
+    "ZeroRedundancyOptimizer",
+    "FSDP2",
+)
 
 
 def shard(
@@ -77,7 +92,11 @@ def _check_optimizer_options(defaults: dict) -> None:
     if "lr" in defaults:
         check_lr(defaults["lr"])
     momentum = defaults.get("momentum", 0.0)
-    if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0 <= momentum < 1:
+    if (
+        isinstance(momentum, bool)
+        or not isinstance(momentum, (int, float))
+        or not 0 <= momentum < 1
+    ):
         raise ValueError(f"momentum must be a number in [0, 1), got {momentum!r}: e.g. 0.9, or 0")
 
 
@@ -103,8 +122,11 @@ class ShardedResult(NamedTuple):
 
 
 def train_sharded(
-    data: Data, profile: Profile | str | None = None, method: str = "ZeRO-3",
-    momentum: float = 0.0, **options: Any,
+    data: Data,
+    profile: Profile | str | None = None,
+    method: str = "ZeRO-3",
+    momentum: float = 0.0,
+    **options: Any,
 ) -> ShardedResult:
     """Train with ``method`` through chapter 5's loop; every rank of a group calls it.
 
@@ -120,8 +142,12 @@ def train_sharded(
 
     def wrap(net: nn.Module) -> nn.Module:
         model, made["optimizer"] = shard(
-            method, net, torch.optim.SGD, find_unused_parameters=cfg.find_unused_parameters,
-            lr=cfg.lr, momentum=momentum,
+            method,
+            net,
+            torch.optim.SGD,
+            find_unused_parameters=cfg.find_unused_parameters,
+            lr=cfg.lr,
+            momentum=momentum,
         )
         return model
 

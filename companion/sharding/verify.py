@@ -40,13 +40,20 @@ def _model() -> TiedFrozenUnused:
     return TiedFrozenUnused().double()
 
 
-def global_batches(steps: int = 3, n: int = 11, seed: int = 1) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def global_batches(
+    steps: int = 3, n: int = 11, seed: int = 1
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``steps`` random global batches of ``n`` float64 images (11 splits unevenly)."""
     check_int(steps, "steps")
     check_int(n, "n", 1, "a batch needs samples")
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(n, 1, 28, 28, generator=g, dtype=torch.float64),
-             torch.randint(0, 10, (n,), generator=g)) for _ in range(steps)]
+    return [
+        (
+            torch.randn(n, 1, 28, 28, generator=g, dtype=torch.float64),
+            torch.randint(0, 10, (n,), generator=g),
+        )
+        for _ in range(steps)
+    ]
 
 
 def one_process(batches, optimizer="Adam", max_grad_norm: float | None = None) -> torch.Tensor:
@@ -84,7 +91,11 @@ def _share_step(model, optimizer, X: torch.Tensor, y: torch.Tensor, max_grad_nor
 
 
 def compare_worker(
-    rank: int, world_size: int, batches, methods=METHODS, optimizers=tuple(OPTIMIZERS),
+    rank: int,
+    world_size: int,
+    batches,
+    methods=METHODS,
+    optimizers=tuple(OPTIMIZERS),
     max_grad_norm: float | None = None,
 ) -> dict[tuple[str, str], torch.Tensor]:
     """Worker: ``{(method, optimizer): whole parameters after the steps}`` on this rank
@@ -94,8 +105,14 @@ def compare_worker(
     for method in methods:
         for optimizer in optimizers:
             cls, hp = OPTIMIZERS[optimizer]
-            model, opt = shard(method, _model().to(device), cls, find_unused_parameters=True,
-                               bucket_cap_mb=0.001, **hp)  # several buckets for ZeRO-2
+            model, opt = shard(
+                method,
+                _model().to(device),
+                cls,
+                find_unused_parameters=True,
+                bucket_cap_mb=0.001,
+                **hp,
+            )  # several buckets for ZeRO-2
             for X, y in batches:
                 _share_step(model, opt, X.to(device), y.to(device), max_grad_norm)
             out[method, optimizer] = full_parameters(model, opt)
@@ -109,8 +126,14 @@ def clip_norm_worker(rank: int, world_size: int, batches) -> dict[tuple[str, boo
     out = {}
     for method in METHODS:
         for torch_s in (False, True):
-            model, opt = shard(method, _model().to(rank_device()), torch.optim.SGD,
-                               find_unused_parameters=True, bucket_cap_mb=0.001, lr=0.1)
+            model, opt = shard(
+                method,
+                _model().to(rank_device()),
+                torch.optim.SGD,
+                find_unused_parameters=True,
+                bucket_cap_mb=0.001,
+                lr=0.1,
+            )
             _share_loss(model, *(t.to(rank_device()) for t in batches[0])).backward()
             if torch_s:
                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(), math.inf)

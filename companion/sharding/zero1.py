@@ -41,8 +41,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..core.compat import all_gather_single, reduce_scatter_single
 from ..core.checks import check_instance, check_module
+from ..core.compat import all_gather_single, reduce_scatter_single
 from ..core.precision import MathMode
 from ..internals.naive import broadcast_state, trainable_parameters
 from ..runtime.agree import check_ranks_agree
@@ -77,7 +77,11 @@ class ShardedOptimizer(torch.optim.Optimizer):
     (Zero2's bucket cap, Zero3's prefetch), which every rank must share."""
 
     def __init__(
-        self, net: nn.Module, optimizer_class: type, name: str, layout: dict | None = None,
+        self,
+        net: nn.Module,
+        optimizer_class: type,
+        name: str,
+        layout: dict | None = None,
         **defaults: Any,
     ):
         check_module(net, "net")
@@ -86,7 +90,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 f"{name}: this model is already sharded by {_SHARDED[net]} (a cell run twice?): "
                 f"build a fresh model and shard that"
             )
-        if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)):
+        if not (
+            isinstance(optimizer_class, type) and issubclass(optimizer_class, torch.optim.Optimizer)
+        ):
             raise TypeError(
                 f"{name}: optimizer_class must be a torch.optim.Optimizer class such as "
                 f"torch.optim.Adam, got {optimizer_class!r}"

@@ -62,8 +62,9 @@ class GradBucket:
             total = out if total is None else total.add_(out)
         self.pending = []
         if total is None:
-            total = torch.zeros(self.layout.shard_numel, dtype=self.layout.dtype,
-                                device=self.layout.device)
+            total = torch.zeros(
+                self.layout.shard_numel, dtype=self.layout.dtype, device=self.layout.device
+            )
         return total
 
     def launch(self) -> None:
@@ -93,8 +94,9 @@ class Zero2(ShardedOptimizer):
         for bucket in self.buckets:
             for i, p in enumerate(bucket.layout.params):
                 p.register_post_accumulate_grad_hook(partial(self._hook, bucket, i))
-        self._make_inner([b.layout for b in self.buckets],
-                         [b.layout.shard(b.flat) for b in self.buckets])
+        self._make_inner(
+            [b.layout for b in self.buckets], [b.layout.shard(b.flat) for b in self.buckets]
+        )
 
     @torch.no_grad()
     def _hook(self, bucket: GradBucket, i: int, p: nn.Parameter) -> None:

@@ -38,8 +38,8 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
-from ..core.compat import all_gather_single, reduce_scatter_single
 from ..core.checks import check_module
+from ..core.compat import all_gather_single, reduce_scatter_single
 from ..internals.naive import broadcast_state
 from .flat import FlatShards
 from .freed import _placeholder, guard_reads, is_placeholder
@@ -132,8 +132,13 @@ class Zero3(ShardedOptimizer):
         net.register_state_dict_pre_hook(self._refuse_state_dict)
         for unit in self.units:
             unit.free()
-        guard_reads([m for m in net.modules() if any(
-            is_placeholder(p) for p in m.parameters(recurse=False))])
+        guard_reads(
+            [
+                m
+                for m in net.modules()
+                if any(is_placeholder(p) for p in m.parameters(recurse=False))
+            ]
+        )
         self._make_inner([u.layout for u in self.units], [u.shard for u in self.units])
 
     def _build_units(self, units):
@@ -174,7 +179,10 @@ class Zero3(ShardedOptimizer):
         reduce-scatter has no future: its end is then when ``step()`` waited for it)."""
         if self.timeline is None:
             return
-        end = lambda _=None: self.timeline.append((label, start, time.perf_counter()))
+
+        def end(_=None) -> None:
+            self.timeline.append((label, start, time.perf_counter()))
+
         try:
             work.get_future().then(end)
         except RuntimeError:

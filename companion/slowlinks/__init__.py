@@ -21,7 +21,15 @@ from .verify import *  # noqa: F401,F403
 
 __all__ = list(
     dict.fromkeys(
-        [*hooks.__all__, *powersgd.__all__, *averaging.__all__, *network.__all__,
-         *streaming.__all__, *training.__all__, *verify.__all__, *measure.__all__]
+        [
+            *hooks.__all__,
+            *powersgd.__all__,
+            *averaging.__all__,
+            *network.__all__,
+            *streaming.__all__,
+            *training.__all__,
+            *verify.__all__,
+            *measure.__all__,
+        ]
     )
 )

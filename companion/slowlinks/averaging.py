@@ -29,7 +29,7 @@ sum used (``dist.all_reduce``, or chapter 3's hand-written ones). Both are
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -51,8 +51,10 @@ def average_parameters(params: list[torch.Tensor], allreduce: Callable | None = 
     check_group("average_parameters")
     params = list(params)
     if not params or not all(torch.is_tensor(p) for p in params):
-        raise ValueError("average_parameters needs a list of tensors, e.g. "
-                         "[p for p in net.parameters() if p.requires_grad]")
+        raise ValueError(
+            "average_parameters needs a list of tensors, e.g. "
+            "[p for p in net.parameters() if p.requires_grad]"
+        )
     flat = torch.cat([p.reshape(-1) for p in params]) / dist.get_world_size()
     _sum(flat, allreduce)
     for p, piece in zip(params, flat.split([p.numel() for p in params])):
@@ -64,12 +66,15 @@ class _Periodic(torch.optim.Optimizer):
 
     def __init__(self, inner: torch.optim.Optimizer, period: int, allreduce: Callable | None):
         if not isinstance(inner, torch.optim.Optimizer):
-            raise TypeError(f"{type(self).__name__} wraps a torch optimizer, e.g. "
-                            f"torch.optim.SGD(net.parameters(), lr=0.1); got {inner!r}")
+            raise TypeError(
+                f"{type(self).__name__} wraps a torch optimizer, e.g. "
+                f"torch.optim.SGD(net.parameters(), lr=0.1); got {inner!r}"
+            )
         self.period = check_int(period, "period", 1, "the steps between meetings: 1, 4, 16, ...")
         if allreduce is not None and not callable(allreduce):
             raise TypeError(
-                f"allreduce must be a function such as allreduce_ring, got {allreduce!r}")
+                f"allreduce must be a function such as allreduce_ring, got {allreduce!r}"
+            )
         check_group(type(self).__name__)
         self.inner, self.allreduce, self.steps = inner, allreduce, 0
         torch.optim.Optimizer.__init__(self, self.params(), dict(inner.defaults))
@@ -101,8 +106,9 @@ class _Periodic(torch.optim.Optimizer):
 class LocalSGD(_Periodic):
     """Local steps; every ``period`` steps the replicas' parameters are averaged."""
 
-    def __init__(self, inner: torch.optim.Optimizer, period: int,
-                 allreduce: Callable | None = None):
+    def __init__(
+        self, inner: torch.optim.Optimizer, period: int, allreduce: Callable | None = None
+    ):
         super().__init__(inner, period, allreduce)
 
     def meet(self) -> None:
@@ -112,16 +118,24 @@ class LocalSGD(_Periodic):
 class DiLoCo(_Periodic):
     """``period`` inner steps, then an outer step on the averaged pseudo-gradient."""
 
-    def __init__(self, inner: torch.optim.Optimizer, period: int, outer_lr: float = 0.7,
-                 outer_momentum: float = 0.9, allreduce: Callable | None = None):
+    def __init__(
+        self,
+        inner: torch.optim.Optimizer,
+        period: int,
+        outer_lr: float = 0.7,
+        outer_momentum: float = 0.9,
+        allreduce: Callable | None = None,
+    ):
         check_lr(outer_lr)
         if not 0 <= outer_momentum < 1:
             raise ValueError(
-                f"outer_momentum must be in [0, 1), got {outer_momentum}: e.g. 0.9, or 0")
+                f"outer_momentum must be in [0, 1), got {outer_momentum}: e.g. 0.9, or 0"
+            )
         super().__init__(inner, period, allreduce)
         self.start = [p.detach().clone().requires_grad_() for p in self.params()]  # w0
-        self.outer = torch.optim.SGD(self.start, lr=outer_lr, momentum=outer_momentum,
-                                     nesterov=outer_momentum > 0)
+        self.outer = torch.optim.SGD(
+            self.start, lr=outer_lr, momentum=outer_momentum, nesterov=outer_momentum > 0
+        )
 
     @torch.no_grad()
     def meet(self) -> None:
@@ -136,8 +150,11 @@ class DiLoCo(_Periodic):
             p.copy_(w0)  # every replica restarts from the new w0
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "start": [w.detach().clone() for w in self.start],
-                "outer": self.outer.state_dict()}
+        return {
+            **super().state_dict(),
+            "start": [w.detach().clone() for w in self.start],
+            "outer": self.outer.state_dict(),
+        }
 
     def load_state_dict(self, state_dict: dict) -> None:
         super().load_state_dict(state_dict)

@@ -28,8 +28,16 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from ..core.checks import check_choice
 
-__all__ = ["check_bucket", "mean_hook", "cast_hook", "fp16_hook", "bf16_hook", "HOOKS",
-           "torch_hook"]
+__all__ = [
+    "check_bucket",
+    "mean_hook",
+    "cast_hook",
+    "fp16_hook",
+    "bf16_hook",
+    "HOOKS",
+    "torch_hook",
+]
+
 
 def _done(tensor: torch.Tensor) -> torch.futures.Future[torch.Tensor]:
     """A future that already holds ``tensor``: these hooks work synchronously."""

@@ -25,8 +25,16 @@ from .training import METHODS, communicate_less
 __all__ = ["compression_worker"]
 
 
-def compression_worker(rank: int, world_size: int, model: str, batch: int, rounds: int,
-                       steps: int, methods=METHODS, warmup: int = 3) -> dict:
+def compression_worker(
+    rank: int,
+    world_size: int,
+    model: str,
+    batch: int,
+    rounds: int,
+    steps: int,
+    methods=METHODS,
+    warmup: int = 3,
+) -> dict:
     """Worker: ``{"seconds": {method: [per round]}, "bytes": {method: per step}}``."""
     device = rank_device()
     X = torch.randn(batch, 1, 28, 28, device=device)
@@ -49,7 +57,7 @@ def compression_worker(rank: int, world_size: int, model: str, batch: int, round
     sent = dict.fromkeys(methods, 0.0)
     for r in range(rounds):
         order = list(range(len(methods)))
-        order = order[r % len(order):] + order[:r % len(order)]  # who goes first rotates
+        order = order[r % len(order) :] + order[: r % len(order)]  # who goes first rotates
         for m in order:
             dist.barrier()
             with count_bytes() as ledger, Timer(device) as timer:
@@ -59,5 +67,7 @@ def compression_worker(rank: int, world_size: int, model: str, batch: int, round
             sent[methods[m]] += ledger.sent() / (steps * rounds)
     times = times.to(device)
     dist.all_reduce(times, op=dist.ReduceOp.MAX)  # a step waits for the slowest rank
-    return {"seconds": {name: times[:, m].tolist() for m, name in enumerate(methods)},
-            "bytes": sent}
+    return {
+        "seconds": {name: times[:, m].tolist() for m, name in enumerate(methods)},
+        "bytes": sent,
+    }

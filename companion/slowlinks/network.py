@@ -36,15 +36,17 @@ class Link(NamedTuple):
 
 NETWORKS = {
     "NVLink (H100)": Link(
-        5e-6, 1 / 450e9,
-        "NVIDIA H100 datasheet: NVLink 900 GB/s per GPU, both directions together"),
+        5e-6, 1 / 450e9, "NVIDIA H100 datasheet: NVLink 900 GB/s per GPU, both directions together"
+    ),
     "100 GbE": Link(10e-6, 1 / 12.5e9, "IEEE 802.3 100 Gbit/s Ethernet: 12.5 GB/s"),
     "10 GbE": Link(30e-6, 1 / 1.25e9, "IEEE 802.3 10 Gbit/s Ethernet: 1.25 GB/s"),
     "1 GbE": Link(50e-6, 1 / 0.125e9, "IEEE 802.3 1 Gbit/s Ethernet: 125 MB/s"),
     "WAN (1 Gbit/s, 40 ms)": Link(
-        40e-3, 1 / 0.125e9,
+        40e-3,
+        1 / 0.125e9,
         "a 1 Gbit/s path between continents; light in fibre covers ~200 km per ms, so "
-        "~6,000 km take 30 ms one way before any router"),
+        "~6,000 km take 30 ms one way before any router",
+    ),
 }
 
 
@@ -59,8 +61,10 @@ def projected_seconds(records: list[Record], ledgers: list[Ledger], network: str
     """The run's time at the end of each epoch on ``network``: each epoch's measured
     seconds plus what its collectives would take there (no overlap assumed)."""
     if len(records) != len(ledgers):
-        raise ValueError(f"one ledger per epoch record is needed: {len(records)} records, "
-                         f"{len(ledgers)} ledgers (use SlowResult.epoch_ledgers())")
+        raise ValueError(
+            f"one ledger per epoch record is needed: {len(records)} records, "
+            f"{len(ledgers)} ledgers (use SlowResult.epoch_ledgers())"
+        )
     total, out = 0.0, []
     for record, ledger in zip(records, ledgers):
         total += record.sec_per_epoch + link_seconds(ledger, network)
@@ -68,8 +72,9 @@ def projected_seconds(records: list[Record], ledgers: list[Ledger], network: str
     return out
 
 
-def time_to_accuracy(records: list[Record], ledgers: list[Ledger], network: str,
-                     target: float) -> float | None:
+def time_to_accuracy(
+    records: list[Record], ledgers: list[Ledger], network: str, target: float
+) -> float | None:
     """Projected seconds until an epoch's test accuracy first reaches ``target``
     (``None`` if none does)."""
     if not 0 < target <= 1:

@@ -65,27 +65,41 @@ def dequantise(q: torch.Tensor, scale: torch.Tensor, bits: int, numel: int) -> t
 class StreamingDiLoCo(DiLoCo):
     """DiLoCo whose ``fragments`` meet in turn, ``delay`` steps late, in ``bits`` bits."""
 
-    def __init__(self, inner, period: int, fragments: int = 2, delay: int = 0, mix: float = 1.0,
-                 bits: int | None = None, outer_lr: float = 0.7, outer_momentum: float = 0.9):
+    def __init__(
+        self,
+        inner,
+        period: int,
+        fragments: int = 2,
+        delay: int = 0,
+        mix: float = 1.0,
+        bits: int | None = None,
+        outer_lr: float = 0.7,
+        outer_momentum: float = 0.9,
+    ):
         super().__init__(inner, period, outer_lr, outer_momentum)
         self.fragments = check_int(fragments, "fragments", 1, "the ranges that take turns: 1, 2, 4")
         total = sum(p.numel() for p in self.params())
         if self.fragments > total:
-            raise ValueError(f"fragments must be at most the {total} trainable numbers, "
-                             f"got {fragments}")
+            raise ValueError(
+                f"fragments must be at most the {total} trainable numbers, got {fragments}"
+            )
         self.delay = check_int(delay, "delay", 0, "the inner steps an exchange may take")
         if not self.delay < period // self.fragments or not 0 < mix <= 1:
-            raise ValueError(f"need 0 <= delay < period / fragments and 0 < mix <= 1, got delay "
-                             f"{delay}, period {period}, fragments {fragments}, mix {mix}")
+            raise ValueError(
+                f"need 0 <= delay < period / fragments and 0 < mix <= 1, got delay "
+                f"{delay}, period {period}, fragments {fragments}, mix {mix}"
+            )
         if bits is not None:
             _check_bits(bits)  # None: float32
         self.mix, self.bits, self.pending = mix, bits, {}
-        self.bounds = [(p * total // fragments, (p + 1) * total // fragments)
-                       for p in range(fragments)]
+        self.bounds = [
+            (p * total // fragments, (p + 1) * total // fragments) for p in range(fragments)
+        ]
         flat = self._flat()  # w0, one range per fragment, each with the outer optimizer's state
         self.start = [flat[a:b].clone().requires_grad_() for a, b in self.bounds]
-        self.outer = torch.optim.SGD(self.start, lr=outer_lr, momentum=outer_momentum,
-                                     nesterov=outer_momentum > 0)
+        self.outer = torch.optim.SGD(
+            self.start, lr=outer_lr, momentum=outer_momentum, nesterov=outer_momentum > 0
+        )
         self.leftover = [None] * fragments  # each range's quantisation error, sent later
 
     def _flat(self) -> torch.Tensor:
@@ -117,8 +131,10 @@ class StreamingDiLoCo(DiLoCo):
         self.leftover[p] = delta - dequantise(q, scale, self.bits, len(delta))
         qs = [torch.empty_like(q) for _ in range(n)]
         scales = [torch.empty_like(scale) for _ in range(n)]
-        works = [dist.all_gather(qs, q, async_op=True),
-                 dist.all_gather(scales, scale, async_op=True)]
+        works = [
+            dist.all_gather(qs, q, async_op=True),
+            dist.all_gather(scales, scale, async_op=True),
+        ]
 
         def finish():
             for work in works:

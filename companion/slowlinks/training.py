@@ -39,14 +39,27 @@ from .powersgd import PowerSGDState, powersgd_hook
 
 __all__ = ["METHODS", "communicate_less", "SlowResult", "train_slowlinks", "slowlinks_worker"]
 
-METHODS = ("DDP", "fp16", "bf16", "PowerSGD r1", "PowerSGD r4", "local SGD H4",
-           "local SGD H16", "DiLoCo H16", "DiLoCo H64")
+METHODS = (
+    "DDP",
+    "fp16",
+    "bf16",
+    "PowerSGD r1",
+    "PowerSGD r4",
+    "local SGD H4",
+    "local SGD H16",
+    "DiLoCo H16",
+    "DiLoCo H64",
+)
 _PATTERN = re.compile(r"(DDP|fp16|bf16|mean)$|PowerSGD r(\d+)$|local SGD H(\d+)$|DiLoCo H(\d+)$")
 
 
 def communicate_less(
-    method: str, net: nn.Module, lr: float, momentum: float = 0.0,
-    find_unused_parameters: bool = False, inner_lr: float = 1e-3,
+    method: str,
+    net: nn.Module,
+    lr: float,
+    momentum: float = 0.0,
+    find_unused_parameters: bool = False,
+    inner_lr: float = 1e-3,
 ) -> tuple[nn.Module, torch.optim.Optimizer]:
     """``net`` and its optimizer under ``method``: a name of :data:`METHODS`, or the same
     with another number (``"PowerSGD r2"``, ``"local SGD H8"``, ``"DiLoCo H32"``).
@@ -75,8 +88,10 @@ def communicate_less(
 def _parse(method: str) -> re.Match:
     found = _PATTERN.match(method) if isinstance(method, str) else None
     if found is None:
-        raise ValueError(f"method must be one of {', '.join(METHODS)} (or the same with another "
-                         f"number), got {method!r}")
+        raise ValueError(
+            f"method must be one of {', '.join(METHODS)} (or the same with another "
+            f"number), got {method!r}"
+        )
     return found
 
 
@@ -91,8 +106,10 @@ class SlowResult(NamedTuple):
     def epoch_ledgers(self) -> list[Ledger]:
         """One ledger per epoch: the collectives of that epoch's steps."""
         starts = [0, *self.marks[:-1]]
-        return [Ledger(self.ledger.world_size, self.ledger.calls[a:b])
-                for a, b in zip(starts, self.marks)]
+        return [
+            Ledger(self.ledger.world_size, self.ledger.calls[a:b])
+            for a, b in zip(starts, self.marks)
+        ]
 
 
 def _counted(step, ledger: Ledger):
@@ -104,8 +121,11 @@ def _counted(step, ledger: Ledger):
 
 
 def train_slowlinks(
-    data: Data, profile: Profile | str | None = None, method: str = "DDP",
-    momentum: float = 0.0, **options: Any,
+    data: Data,
+    profile: Profile | str | None = None,
+    method: str = "DDP",
+    momentum: float = 0.0,
+    **options: Any,
 ) -> SlowResult:
     """Train with ``method`` through chapter 5's loop; every rank of a group calls it.
 
@@ -117,11 +137,18 @@ def train_slowlinks(
 
     def wrap(net: nn.Module) -> nn.Module:
         model, made["optimizer"] = communicate_less(
-            method, net, cfg.lr, momentum, cfg.find_unused_parameters)
+            method, net, cfg.lr, momentum, cfg.find_unused_parameters
+        )
         return model
 
-    run = setup_rank(data, cfg, method, wrap, make_optimizer=lambda params, lr: made["optimizer"],
-                     make_step=lambda mode: _counted(step_for(mode), ledger))
+    run = setup_rank(
+        data,
+        cfg,
+        method,
+        wrap,
+        make_optimizer=lambda params, lr: made["optimizer"],
+        make_step=lambda mode: _counted(step_for(mode), ledger),
+    )
     if isinstance(run.optimizer, _Periodic):
         run.evaluate = _of_the_average(run.evaluate, run.optimizer)
     marks: list[int] = []

@@ -32,11 +32,21 @@ from .hooks import HOOKS
 from .powersgd import PowerSGDState, powersgd_hook
 from .streaming import StreamingDiLoCo
 
-__all__ = ["SGD", "hooks_worker", "powersgd_worker", "periodic_worker", "error_feedback_worker",
-           "torch_powersgd_worker", "drift_worker", "streaming_worker"]
+__all__ = [
+    "SGD",
+    "hooks_worker",
+    "powersgd_worker",
+    "periodic_worker",
+    "error_feedback_worker",
+    "torch_powersgd_worker",
+    "drift_worker",
+    "streaming_worker",
+]
 
-SGD = {"SGD": (torch.optim.SGD, {"lr": 0.1}),
-       "SGD momentum": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-2})}
+SGD = {
+    "SGD": (torch.optim.SGD, {"lr": 0.1}),
+    "SGD momentum": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9, "weight_decay": 1e-2}),
+}
 
 
 def _train(model, optimizer, batches):
@@ -48,8 +58,12 @@ def _train(model, optimizer, batches):
 
 def _ddp(hook, state=None):
     net = _model().to(rank_device())
-    model = DDP(net, device_ids=ddp_device_ids(rank_device()), find_unused_parameters=True,
-                bucket_cap_mb=0.001)  # several buckets
+    model = DDP(
+        net,
+        device_ids=ddp_device_ids(rank_device()),
+        find_unused_parameters=True,
+        bucket_cap_mb=0.001,
+    )  # several buckets
     model.register_comm_hook(state, hook)
     return model, torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=0.1)
 
@@ -57,12 +71,16 @@ def _ddp(hook, state=None):
 def hooks_worker(rank: int, world_size: int, batches) -> dict[tuple[str, str], torch.Tensor]:
     """Worker: ``{(hook, "ours" or "torch"): parameters after SGD steps}`` for each of
     :data:`~.hooks.HOOKS`."""
-    return {(name, who): _train(*_ddp(hook), batches)
-            for name, pair in HOOKS.items() for who, hook in zip(("ours", "torch"), pair)}
+    return {
+        (name, who): _train(*_ddp(hook), batches)
+        for name, pair in HOOKS.items()
+        for who, hook in zip(("ours", "torch"), pair)
+    }
 
 
-def powersgd_worker(rank: int, world_size: int, batches, rank_r: int = 10**6,
-                    error_feedback: bool = True) -> torch.Tensor:
+def powersgd_worker(
+    rank: int, world_size: int, batches, rank_r: int = 10**6, error_feedback: bool = True
+) -> torch.Tensor:
     """Worker: the parameters after SGD steps with :func:`~.powersgd.powersgd_hook` at rank
     ``rank_r``, every matrix compressed (``min_compression_rate=0``)."""
     state = PowerSGDState(rank_r, error_feedback, min_compression_rate=0)
@@ -87,10 +105,12 @@ def periodic_worker(rank: int, world_size: int, batches, period: int = 1) -> dic
             net, inner = _bare(optimizer)
             averager = PeriodicModelAverager(period=period, warmup_steps=period - 1)
             out["torch local SGD", optimizer] = _train(
-                net, PostLocalSGDOptimizer(inner, averager), batches)
+                net, PostLocalSGDOptimizer(inner, averager), batches
+            )
     net, inner = _bare("SGD")
-    out["DiLoCo", "SGD"] = _train(net, DiLoCo(inner, period, outer_lr=1.0, outer_momentum=0.0),
-                                  batches)
+    out["DiLoCo", "SGD"] = _train(
+        net, DiLoCo(inner, period, outer_lr=1.0, outer_momentum=0.0), batches
+    )
     return out
 
 
@@ -105,13 +125,20 @@ class _Linear(nn.Module):
         return (self.weight * C).sum()
 
 
-def error_feedback_worker(rank: int, world_size: int, steps: int = 64, rank_r: int = 1,
-                          error_feedback: bool = True, shape=(12, 10)) -> list[float]:
+def error_feedback_worker(
+    rank: int,
+    world_size: int,
+    steps: int = 64,
+    rank_r: int = 1,
+    error_feedback: bool = True,
+    shape=(12, 10),
+) -> list[float]:
     """Worker: PowerSGD on a gradient that never changes (rank ``r``'s is a fixed random
     matrix ``C_r``); after each step, how far the mean of the updates so far is from the
     true mean gradient ``mean_r C_r``, relative to it."""
-    every = torch.randn(world_size, *shape, generator=torch.Generator().manual_seed(0),
-                        dtype=torch.float64)
+    every = torch.randn(
+        world_size, *shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+    )
     mine, truth = every[rank].to(rank_device()), every.mean(0)
     model = DDP(_Linear(shape).to(rank_device()), device_ids=ddp_device_ids(rank_device()))
     model.register_comm_hook(PowerSGDState(rank_r, error_feedback), powersgd_hook)
@@ -174,15 +201,17 @@ def drift_worker(rank: int, world_size: int, batches, period: int = 4) -> list[t
     return seen
 
 
-def streaming_worker(rank: int, world_size: int, batches, period: int = 4,
-                     settings: dict | None = None) -> dict:
+def streaming_worker(
+    rank: int, world_size: int, batches, period: int = 4, settings: dict | None = None
+) -> dict:
     """Worker: DiLoCo and Streaming DiLoCo with each of ``settings`` (name: keywords), inner
     SGD: ``{name: (parameters after the steps, bytes this rank sent in each step)}``."""
     out, device = {}, rank_device()
     for name, options in {"DiLoCo": None, **(settings or {})}.items():
         net, inner = _bare("SGD")
-        optimizer = (DiLoCo(inner, period) if options is None
-                     else StreamingDiLoCo(inner, period, **options))
+        optimizer = (
+            DiLoCo(inner, period) if options is None else StreamingDiLoCo(inner, period, **options)
+        )
         per_step = []
         for X, y in batches:
             with count_bytes() as ledger:

@@ -19,7 +19,7 @@ changes three things and nothing in the arithmetic:
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import nn
@@ -50,16 +50,14 @@ def forward_backward_once(
         for net, X_i, y_i in zip(replicas, X_shards, y_shards)
     ]
     torch.autograd.backward(losses)
-    return [l.detach() for l in losses]
+    return [part.detach() for part in losses]
 
 
 @torch.no_grad()
 def allreduce_grads_foreach(replicas: Sequence[nn.Module]) -> None:
     """Like ``naive.allreduce_grads``, with two multi-tensor calls per extra replica."""
     check_sequence(replicas, "replicas", "models, one per device", 1)
-    grads = [
-        [p.grad for p in net.parameters() if p.grad is not None] for net in replicas
-    ]
+    grads = [[p.grad for p in net.parameters() if p.grad is not None] for net in replicas]
     _check_own_memory(grads)
     first = grads[0]
     for g in grads[1:]:  # reduce into the first replica's gradients

@@ -26,7 +26,7 @@ more weight whenever the shards are uneven.
 from __future__ import annotations
 
 import copy
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -191,9 +191,9 @@ def forward_backward(
     _check_split_step(replicas, X_shards, y_shards, batch_size)
     losses = []
     for net, X_i, y_i in zip(replicas, X_shards, y_shards):
-        l = shard_loss(net, X_i, y_i, batch_size, loss)
-        l.backward()
-        losses.append(l.detach())
+        shard = shard_loss(net, X_i, y_i, batch_size, loss)
+        shard.backward()
+        losses.append(shard.detach())
     return losses
 
 
@@ -247,7 +247,7 @@ def train_batch(
     allreduce_grads(replicas)
     for net in replicas:
         sgd(net.parameters(), lr)
-    return sum(l.to(devices[0]) for l in losses)
+    return sum(part.to(devices[0]) for part in losses)
 
 
 def _check_step(X, y, replicas, devices, lr: float, loss: Loss) -> None:

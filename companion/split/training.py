@@ -6,16 +6,15 @@ Used in: chapter 2.
 from __future__ import annotations
 
 import time
-from functools import partial
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
-from ..core.devices import gpu_indices, hardware_label, synchronize_all
+from ..core.devices import gpu_indices, synchronize_all
 from ..core.precision import check_fp32
 from ..core.profiles import Profile, get_profile
-from ..core.results import Record
+from ..core.results import Record, record_maker
 from ..core.training import check_training, evaluate_accuracy
 from .naive import copy_replicas, train_batch
 
@@ -61,8 +60,8 @@ def train(
             for _ in range(warmup_steps):
                 step(X, y, shadows, devices, lr)
     replicas, rate = copy_replicas(net, devices), lr_schedule or (lambda k: lr)
-    record = partial(Record, method=method, n_devices=len(devices), hardware=hardware_label(),
-                     profile=profile.name, model=model_name, dataset=dataset, precision=precision)
+    labels = dict(profile=profile.name, model=model_name, dataset=dataset, precision=precision)
+    record = record_maker(method, len(devices), **labels)
     records, k = [], 0
     for epoch in range(1, epochs + 1):
         loss_sum, n = torch.zeros((), device=devices[0]), 0
@@ -73,8 +72,7 @@ def train(
             n, k = n + len(y), k + 1
         synchronize_all(devices)
         seconds = time.perf_counter() - start
-        test_acc = evaluate_accuracy(replicas[0], test_iter, devices[0])
-        records.append(record(epoch=epoch, test_acc=test_acc, sec_per_epoch=seconds,
-                              samples_per_sec=n / seconds, train_loss=float(loss_sum) / n))
+        acc = evaluate_accuracy(replicas[0], test_iter, devices[0])
+        records.append(record(epoch, acc, seconds=seconds, samples=n, loss=float(loss_sum) / n))
     net.load_state_dict(replicas[0].state_dict())
     return records

@@ -1,5 +1,6 @@
 """Chapter 7: the scaling study, every method at every device count, done right."""
 
+from ..core.lr import LR_RULES, lr_schedule, scaled_lr, warmup_lr  # noqa: F401 (chapter 7's rules)
 from . import (
     analysis,
     breakeven,
@@ -18,7 +19,6 @@ from .driver import *  # noqa: F401,F403
 from .methods import *  # noqa: F401,F403
 from .plots import *  # noqa: F401,F403
 from .projection import *  # noqa: F401,F403
-from ..core.lr import LR_RULES, lr_schedule, scaled_lr, warmup_lr  # noqa: F401 (chapter 7's rules)
 
 __all__ = list(
     dict.fromkeys(

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import mean, stdev
 
+from ..core.noise import Ratio, judge
 from ..core.results import final_accuracy
 from .driver import StudyRecord
 
@@ -65,8 +66,12 @@ class Point:
 
     @property
     def noisy(self) -> bool:
-        """The speed-up's range is wider than its distance from 1 (the 1-device base: False)."""
-        return self.n_devices > 1 and self.speedup_max - self.speedup_min > abs(self.speedup - 1)
+        """The speed-up's range falls on both sides of 1: the book's one noise rule
+        (:func:`companion.core.noise.judge`); the 1-device base is never noisy."""
+        if self.n_devices == 1 or self.speedup != self.speedup:
+            return False
+        low, high = self.speedup_min, self.speedup_max
+        return judge(Ratio(self.speedup, low, high, self.epochs), 1.0).noise
 
     @property
     def flag(self) -> str:
@@ -81,8 +86,7 @@ class Point:
 
 
 FLAGS = {
-    "noise": "the speed-up's range (fastest to slowest epochs) is wider than its distance "
-             "from 1",
+    "noise": "the speed-up's range (fastest to slowest epochs) falls on both sides of 1",
     "over N": "faster than N devices can be: the 1-device run was slowed by other work",
     "1 epoch": "one timed epoch: no range to judge the speed-up by",
 }
@@ -129,11 +133,19 @@ def aggregate(records: Sequence[StudyRecord], mix_precisions: bool = False) -> l
         acc = dict(zip(("acc_mean", "acc_std", "acc_min", "acc_max"), spread(accs)))
         points.append(
             Point(
-                method=method, n_devices=k, global_batch=batch, lr_rule=rule, scaling=scaling,
-                precision=precision, seeds=len(by_seed), sec_per_epoch=seconds / len(epochs),
-                samples_per_sec=samples / seconds, **acc,
+                method=method,
+                n_devices=k,
+                global_batch=batch,
+                lr_rule=rule,
+                scaling=scaling,
+                precision=precision,
+                seeds=len(by_seed),
+                sec_per_epoch=seconds / len(epochs),
+                samples_per_sec=samples / seconds,
+                **acc,
                 sec_min=min(r.sec_per_epoch for r in epochs),
-                sec_max=max(r.sec_per_epoch for r in epochs), epochs=len(epochs),
+                sec_max=max(r.sec_per_epoch for r in epochs),
+                epochs=len(epochs),
             )
         )
     return speedups(points)
@@ -164,9 +176,20 @@ def speedups(points: Sequence[Point]) -> list[Point]:
         # throughput scales as 1 / time: the extremes of each side bound the ratio
         low = s * (p.sec_per_epoch / p.sec_max) * (one.sec_min / one.sec_per_epoch)
         high = s * (p.sec_per_epoch / p.sec_min) * (one.sec_max / one.sec_per_epoch)
-        out.append(Point(**{**p.__dict__, "speedup": s, "efficiency": s / p.n_devices,
-                            "speedup_min": low, "speedup_max": high}))
-    return sorted(out, key=lambda p: (p.method, p.precision, p.lr_rule, p.n_devices, p.global_batch))
+        out.append(
+            Point(
+                **{
+                    **p.__dict__,
+                    "speedup": s,
+                    "efficiency": s / p.n_devices,
+                    "speedup_min": low,
+                    "speedup_max": high,
+                }
+            )
+        )
+    return sorted(
+        out, key=lambda p: (p.method, p.precision, p.lr_rule, p.n_devices, p.global_batch)
+    )
 
 
 def table(points: Sequence[Point]) -> str:

@@ -183,8 +183,13 @@ def plot_breakeven(parts: Parts, found: dict, title: str = ""):
         label="all-reduce (alpha-beta prediction)",
     )
     for key, style in (("measured_b", "-"), ("predicted_b", "--")):
-        ax.axvline(_breakeven_x(found[key], b), color="gray", linestyle=style, alpha=0.6,
-                   label=f"{key[:-2]} break-even: {_breakeven_text(found[key], b)}")
+        ax.axvline(
+            _breakeven_x(found[key], b),
+            color="gray",
+            linestyle=style,
+            alpha=0.6,
+            label=f"{key[:-2]} break-even: {_breakeven_text(found[key], b)}",
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("per-device batch b")

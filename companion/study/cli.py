@@ -21,12 +21,12 @@ from pathlib import Path
 from ..core.checks import PROFILE_HELP, DefaultsHelp, check_distinct, positive_arg, profile_arg
 from ..core.data import load_data
 from ..core.files import atomic_write
+from ..core.lr import LR_RULES
 from ..core.profiles import get_profile
 from .analysis import aggregate, table
 from .driver import SCALING, load_study, plan, run_study, save_study, subset
 from .methods import METHODS
 from .plots import plot_speedup, plot_study
-from ..core.lr import LR_RULES
 
 __all__ = ["main", "parse_args"]
 
@@ -79,30 +79,75 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         formatter_class=DefaultsHelp,
     )
     add = p.add_argument
-    add("--methods", type=_methods, default="split,ddp",
+    add(
+        "--methods",
+        type=_methods,
+        default="split,ddp",
         help=f"comma-separated, from {', '.join(METHODS)} ('reference': one device, no "
-        f"communication, the baseline each speed-up is measured against)")
-    add("--devices", type=_ints(1), default=None,
-        help="comma-separated device counts (default: the profile's)")
-    add("--seeds", type=_ints(0), default="0,1,2",
-        help="comma-separated, distinct seeds: each run is repeated with each")
-    add("--scaling", choices=SCALING, default="strong",
-        help="strong: fixed global batch; weak: fixed batch per device")
-    add("--lr-rule", choices=list(LR_RULES), default="none",
-        help="how weak scaling changes the learning rate with the device count")
+        f"communication, the baseline each speed-up is measured against)",
+    )
+    add(
+        "--devices",
+        type=_ints(1),
+        default=None,
+        help="comma-separated device counts (default: the profile's)",
+    )
+    add(
+        "--seeds",
+        type=_ints(0),
+        default="0,1,2",
+        help="comma-separated, distinct seeds: each run is repeated with each",
+    )
+    add(
+        "--scaling",
+        choices=SCALING,
+        default="strong",
+        help="strong: fixed global batch; weak: fixed batch per device",
+    )
+    add(
+        "--lr-rule",
+        choices=list(LR_RULES),
+        default="none",
+        help="how weak scaling changes the learning rate with the device count",
+    )
     add("--profile", type=profile_arg, default=None, help=PROFILE_HELP)
     add("--model", default=None, help="lenet, resnet18 or convnet (default: the profile's)")
-    add("--batch", type=positive_arg(int), default=None,
-        help="global (strong) or per-device (weak) batch (default: the profile's)")
-    add("--lr", type=positive_arg(float), default=None, help="learning rate (default: the profile's)")
-    add("--epochs", type=positive_arg(int), default=None, help="epochs to train (default: the profile's)")
-    add("--samples", type=positive_arg(int), default=None,
-        help="use this many training samples (default: all of the data set)")
-    add("--out", type=Path, default=Path("study-results"),
-        help="folder for study.csv, study.json, table.txt and the figures")
+    add(
+        "--batch",
+        type=positive_arg(int),
+        default=None,
+        help="global (strong) or per-device (weak) batch (default: the profile's)",
+    )
+    add(
+        "--lr",
+        type=positive_arg(float),
+        default=None,
+        help="learning rate (default: the profile's)",
+    )
+    add(
+        "--epochs",
+        type=positive_arg(int),
+        default=None,
+        help="epochs to train (default: the profile's)",
+    )
+    add(
+        "--samples",
+        type=positive_arg(int),
+        default=None,
+        help="use this many training samples (default: all of the data set)",
+    )
+    add(
+        "--out",
+        type=Path,
+        default=Path("study-results"),
+        help="folder for study.csv, study.json, table.txt and the figures",
+    )
     add("--plot-only", action="store_true", help="redraw from --out/study.json")
-    add("--no-progress", action="store_true",
-        help="no progress bar on a terminal, and no line per run when stderr is a file or pipe")
+    add(
+        "--no-progress",
+        action="store_true",
+        help="no progress bar on a terminal, and no line per run when stderr is a file or pipe",
+    )
     args = p.parse_args(argv)
     if args.plot_only and not (args.out / "study.json").is_file():
         p.error(
@@ -137,7 +182,10 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
             profile=profile.name,
         )
         records = run_study(
-            runs, args.scaling, out / "study", progress=False if args.no_progress else None,
+            runs,
+            args.scaling,
+            out / "study",
+            progress=False if args.no_progress else None,
             log_lines=not args.no_progress and not sys.stderr.isatty(),  # `| tee log`: lines
         )
     points = aggregate(records)

@@ -37,9 +37,9 @@ from ..core.data import Data, ImageSet
 from ..core.devices import hardware_label
 from ..core.files import atomic_write
 from ..core.lines import say
+from ..core.lr import LR_RULES, scaled_lr
 from ..core.results import Record
 from .methods import METHODS, RunSpec, run_method
-from ..core.lr import LR_RULES, scaled_lr
 
 __all__ = ["SCALING", "StudyRecord", "load_study", "plan", "run_study", "save_study", "subset"]
 
@@ -86,9 +86,20 @@ def plan(
             global_batch = batch if scaling == "strong" else batch * k
             run_lr = scaled_lr(lr, k, lr_rule)
             for seed in seeds:
-                spec = RunSpec(data=data, model=model, n_devices=k, global_batch=global_batch,
-                               lr=run_lr, epochs=epochs, seed=seed, profile=profile, base_lr=lr,
-                               lr_rule=lr_rule, warmup_epochs=warmup_epochs, precision=precision)
+                spec = RunSpec(
+                    data=data,
+                    model=model,
+                    n_devices=k,
+                    global_batch=global_batch,
+                    lr=run_lr,
+                    epochs=epochs,
+                    seed=seed,
+                    profile=profile,
+                    base_lr=lr,
+                    lr_rule=lr_rule,
+                    warmup_epochs=warmup_epochs,
+                    precision=precision,
+                )
                 runs.append((name, spec))
     return runs
 
@@ -151,8 +162,10 @@ def run_study(
                 save_study(found, path)
             bar.update(1)
             if log_lines:
-                say(f"run {i}/{len(runs)} done: {what}, {time.perf_counter() - start:.1f} s",
-                    file=sys.stderr)
+                say(
+                    f"run {i}/{len(runs)} done: {what}, {time.perf_counter() - start:.1f} s",
+                    file=sys.stderr,
+                )
     return found
 
 

@@ -25,20 +25,20 @@ from ..core.checks import check_choice, check_int
 from ..core.data import Data
 from ..core.devices import try_devices
 from ..core.loaders import load_iters
+from ..core.lr import LR_RULES, lr_schedule
 from ..core.models import MODELS, get_model
+from ..core.precision import PRECISIONS
 from ..core.results import Record
 from ..core.training import check_lr, set_seed
+from ..core.training import train as train_one_device
 from ..dataparallel.training import train as train_dataparallel
 from ..ddp.training import ddp_worker
 from ..internals.training import internals_worker
 from ..runtime.launcher import launch
 from ..sharding.training import METHODS as SHARDED
-from ..slowlinks.training import METHODS as SLOWLINKS
 from ..sharding.training import sharded_worker
+from ..slowlinks.training import METHODS as SLOWLINKS
 from ..slowlinks.training import slowlinks_worker
-from ..core.lr import LR_RULES, lr_schedule
-from ..core.precision import PRECISIONS
-from ..core.training import train as train_one_device
 from ..split.training import train as train_split
 
 __all__ = [
@@ -150,9 +150,19 @@ def _in_one_process(spec: RunSpec, train: Callable, count: int, **options) -> li
     train_iter, test_iter = load_iters(spec.data, spec.global_batch, devices[0], seed=spec.seed)
     if options.pop("lr_schedule", False):
         options["lr_schedule"] = _schedule(spec, len(train_iter))
-    return train(net, train_iter, test_iter, devices, epochs=spec.epochs, lr=spec.lr,
-                 profile=spec.profile, model_name=spec.model, dataset=spec.data.name,
-                 precision=spec.precision, **options)
+    return train(
+        net,
+        train_iter,
+        test_iter,
+        devices,
+        epochs=spec.epochs,
+        lr=spec.lr,
+        profile=spec.profile,
+        model_name=spec.model,
+        dataset=spec.data.name,
+        precision=spec.precision,
+        **options,
+    )
 
 
 def _schedule(spec: RunSpec, steps_per_epoch: int) -> Callable[[int], float]:
@@ -164,11 +174,19 @@ def _schedule(spec: RunSpec, steps_per_epoch: int) -> Callable[[int], float]:
 
 def run_reference(spec: RunSpec) -> list[Record]:
     """One device on the whole global batch: what every method must match."""
+
     def one_device(net, train_iter, test_iter, devices, **options) -> list[Record]:
         return train_one_device(net, train_iter, test_iter, device=devices[0], **options)
 
-    return _in_one_process(spec, one_device, 1, method="1 device, global batch",
-                           n_devices=spec.n_devices, channels_last=False, lr_schedule=True)
+    return _in_one_process(
+        spec,
+        one_device,
+        1,
+        method="1 device, global batch",
+        n_devices=spec.n_devices,
+        channels_last=False,
+        lr_schedule=True,
+    )
 
 
 def run_split(spec: RunSpec) -> list[Record]:
@@ -202,8 +220,9 @@ def run_allreduce(spec: RunSpec) -> list[Record]:
 
 def run_dataparallel(spec: RunSpec) -> list[Record]:
     """Chapter 4: ``nn.DataParallel`` (or its rebuild without distinct GPUs)."""
-    return _in_one_process(spec, train_dataparallel, spec.n_devices, verbose=False,
-                           channels_last=False)
+    return _in_one_process(
+        spec, train_dataparallel, spec.n_devices, verbose=False, channels_last=False
+    )
 
 
 def run_ddp(spec: RunSpec) -> list[Record]:
@@ -232,6 +251,8 @@ register("allreduce", run_allreduce, chapter=3, processes=True)
 register("dataparallel", run_dataparallel, chapter=4)
 register("ddp", run_ddp, chapter=5, processes=True)
 register("internals", run_internals, chapter=6, processes=True)
+
+
 def run_slowlinks(method: str) -> Callable[[RunSpec], list[Record]]:
     """Chapter 10: a runner for ``method`` of :mod:`companion.slowlinks` (one process per
     device; DiLoCo's inner AdamW keeps its own lr, the spec's lr is not used)."""

@@ -122,7 +122,14 @@ def plot_lr_scaling(points: Sequence[Point], title: str = "", mix_precisions: bo
     for i, (rule, ps) in enumerate(groups.items()):
         marker, dash = _STYLES[i % len(_STYLES)]
         ps = sorted(ps, key=lambda p: p.global_batch)
-        _errorbar(ax, [p.global_batch for p in ps], ps, _ACCURACY, marker=marker, linestyle=dash,
-                  label=f"lr rule: {rule}")
+        _errorbar(
+            ax,
+            [p.global_batch for p in ps],
+            ps,
+            _ACCURACY,
+            marker=marker,
+            linestyle=dash,
+            label=f"lr rule: {rule}",
+        )
     ax.set_ylabel("test accuracy\n(mean over seeds, bar: range)")
     return _finish(fig, (ax,), title, "global batch (log scale)", precisions, batches, log2=True)

@@ -91,7 +91,7 @@ def plot_projection(projections: dict[str, list[Projection]], title: str = ""):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for i, (label, proj) in enumerate(projections.items()):
+    for label, proj in projections.items():
         at8 = next(q.efficiency for q in proj if q.world_size == 8)
         ax.plot(
             [q.world_size for q in proj],

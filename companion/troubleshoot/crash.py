@@ -112,10 +112,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         description="All-reduce a counter for a few steps; one rank fails on purpose.",
         formatter_class=DefaultsHelp,
     )
-    parser.add_argument("--crash-rank", type=int, default=1, help="the rank that fails (N or more: none fails)")
+    parser.add_argument(
+        "--crash-rank", type=int, default=1, help="the rank that fails (N or more: none fails)"
+    )
     parser.add_argument("--step", type=int, default=2, help="the step (from 0) at which it fails")
-    parser.add_argument("--how", choices=HOWS, default="raise",
-                        help="raise an error, exit with code 3, or be killed (SIGKILL)")
+    parser.add_argument(
+        "--how",
+        choices=HOWS,
+        default="raise",
+        help="raise an error, exit with code 3, or be killed (SIGKILL)",
+    )
     args = parser.parse_args(argv)
     try:
         _check_crash(args.crash_rank, args.step, args.how)

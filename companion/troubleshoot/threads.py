@@ -64,7 +64,10 @@ def oversubscription(
     if min(size, repeats) < 1:
         raise ValueError(f"size and repeats must be >= 1, got {size}, {repeats}")
     found = {}
-    for label, threads in (("every core", cpu_cores()), ("cores // N", threads_per_worker(world_size))):
+    for label, threads in (
+        ("every core", cpu_cores()),
+        ("cores // N", threads_per_worker(world_size)),
+    ):
         runs = launch(matmul_seconds, world_size, threads, size, repeats, backend="gloo")
         found[label] = {
             "threads per worker": runs[0]["threads"],

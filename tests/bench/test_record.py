@@ -1,4 +1,5 @@
 """The committed GPU measurements (chapters 1 and 7) parse and carry their labels."""
+
 import json
 
 import pytest
@@ -17,8 +18,9 @@ def test_the_committed_record_and_study_parse_and_say_where_they_were_measured()
     # the study ran in the same session: same machine and torch, every record labelled
     meta = json.loads((RESULTS / "h200-study.json").read_text())
     assert meta["hardware"] == [seen["hardware"]] and meta["torch"] == seen["torch"]
-    assert study and all(r.hardware == seen["hardware"] and r.profile == "gpu" and r.precision
-                         for r in study)
+    assert study and all(
+        r.hardware == seen["hardware"] and r.profile == "gpu" and r.precision for r in study
+    )
     assert {r.n_devices for r in study} == {1, 2}
     assert seen["hardware"] in label(seen) and seen["date"] in label(seen)
 
@@ -46,7 +48,7 @@ def test_the_figure_names_its_hardware_and_shows_four_loops():
 
 def test_what_chapters_1_and_7_say_of_the_committed_numbers_holds():
     """The pages read these numbers in words; a new measurement that says otherwise fails here."""
-    from companion.bench.baseline import TARGET
+    from companion.core.noise import TARGETS
     from companion.study import aggregate
 
     seen, study = committed()
@@ -57,7 +59,7 @@ def test_what_chapters_1_and_7_say_of_the_committed_numbers_holds():
     d2l = seen["baseline"]["median"]["d2l's loop"]
     assert d2l < loops["DataLoader"]["sec_per_epoch"]  # its workers hide the batch building
     assert d2l < 1.1 * loops["device-resident"]["sec_per_epoch"]  # "comes close"
-    assert TARGET < seen["baseline"]["ratio"] < 0.7
+    assert TARGETS["baseline"].value < seen["baseline"]["ratio"] < 0.7
     # chapter 7: split on the GPU named twice is slower; DDP and split about equal at 1
     points = {(p.method, p.n_devices): p for p in aggregate(study)}
     assert set(points) == {("split", 1), ("split", 2), ("ddp", 1)}

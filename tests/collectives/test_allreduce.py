@@ -1,13 +1,21 @@
 """The hand-written all-reduces equal dist.all_reduce, for every world size, size and dtype."""
-import pytest
-import torch
 
 import functools
 
-from companion.collectives import (ALLREDUCES, HAND_WRITTEN, allreduce_naive,
-    allreduce_recursive_doubling, allreduce_ring, allreduce_ring_pipelined, check_allreduce,
-    chunk_bounds)
-from companion.collectives import cost_terms
+import pytest
+import torch
+
+from companion.collectives import (
+    ALLREDUCES,
+    HAND_WRITTEN,
+    allreduce_naive,
+    allreduce_recursive_doubling,
+    allreduce_ring,
+    allreduce_ring_pipelined,
+    check_allreduce,
+    chunk_bounds,
+    cost_terms,
+)
 from companion.runtime import launch
 
 pytestmark = pytest.mark.ch3
@@ -26,7 +34,12 @@ def test_every_algorithm_equals_dist_all_reduce(world_size):
     assert len(per_rank) == world_size
     for rows in per_rank:
         checked = {(name, numel, dtype) for name, numel, dtype, _ in rows}
-        assert checked == {(n, k, str(d).replace("torch.", "")) for n in HAND_WRITTEN for k in NUMELS for d in DTYPES}
+        assert checked == {
+            (n, k, str(d).replace("torch.", ""))
+            for n in HAND_WRITTEN
+            for k in NUMELS
+            for d in DTYPES
+        }
         assert all(diff <= (1e-5 if dtype == "float32" else 1e-12) for _, _, dtype, diff in rows)
     if world_size <= 2:  # one or two summands: every algorithm adds in the same order
         assert all(diff == 0 for rows in per_rank for *_, diff in rows)
@@ -50,8 +63,10 @@ def test_chunk_bounds_cover_everything_in_near_equal_pieces(numel, world_size):
     assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
 
 
-@pytest.mark.parametrize("allreduce", [allreduce_naive, allreduce_ring, allreduce_ring_pipelined,
-                                       allreduce_recursive_doubling])
+@pytest.mark.parametrize(
+    "allreduce",
+    [allreduce_naive, allreduce_ring, allreduce_ring_pipelined, allreduce_recursive_doubling],
+)
 def test_non_contiguous_tensors_are_refused(allreduce):
     with pytest.raises(ValueError, match="contiguous"):
         allreduce(torch.zeros(3, 4).t())
@@ -66,10 +81,18 @@ def test_the_registry_names_every_algorithm():
 def test_the_pipelined_ring_with_tiny_segments(world_size):
     # Segments of 2 and 3 elements: many segments per chunk, chunks of unequal length, and
     # steps where the chunk sent and the chunk received have different numbers of segments.
-    pipelined = {f"pipelined ring, segment {k}": functools.partial(allreduce_ring_pipelined, segment=k)
-                 for k in (2, 3)}
-    rows = launch(check_allreduce, world_size, (1, 5, 7, 11, 1000), (torch.float64,),
-                  algorithms=pipelined, timeout=60)[0]
+    pipelined = {
+        f"pipelined ring, segment {k}": functools.partial(allreduce_ring_pipelined, segment=k)
+        for k in (2, 3)
+    }
+    rows = launch(
+        check_allreduce,
+        world_size,
+        (1, 5, 7, 11, 1000),
+        (torch.float64,),
+        algorithms=pipelined,
+        timeout=60,
+    )[0]
     assert len(rows) == 2 * 5
 
 
@@ -82,9 +105,12 @@ def test_ranks_with_different_sizes_are_named_under_torch_s_debug_switch(name, m
     from .workers import mismatched_allreduce
 
     monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
-    with pytest.raises(WorkerError, match=r"RanksDisagree: all-reduce: rank 1 passed a "
-                       r"torch\.float32 tensor of shape \(6,\) \(6 elements\), rank 0 a "
-                       r"torch\.float32 tensor of shape \(5,\) \(5 elements\)"):
+    with pytest.raises(
+        WorkerError,
+        match=r"RanksDisagree: all-reduce: rank 1 passed a "
+        r"torch\.float32 tensor of shape \(6,\) \(6 elements\), rank 0 a "
+        r"torch\.float32 tensor of shape \(5,\) \(5 elements\)",
+    ):
         launch(mismatched_allreduce, 3, name, backend="gloo", timeout=60)
     monkeypatch.delenv("TORCH_DISTRIBUTED_DEBUG")
     try:

@@ -1,10 +1,20 @@
 """The alpha-beta model: bus bandwidth, cost terms, the fit (recovers known parameters), measurements."""
+
 import numpy as np
 import pytest
 
-from companion.collectives import (Measurement, bus_bandwidth, cost_terms, fit_alpha_beta,
-    fit_link, measure_allreduce, plot_bandwidth, plot_model, predict)
-from companion.collectives import ALLREDUCES
+from companion.collectives import (
+    ALLREDUCES,
+    Measurement,
+    bus_bandwidth,
+    cost_terms,
+    fit_alpha_beta,
+    fit_link,
+    measure_allreduce,
+    plot_bandwidth,
+    plot_model,
+    predict,
+)
 from companion.runtime import WorkerError
 
 pytestmark = pytest.mark.ch3
@@ -52,8 +62,12 @@ def test_the_fit_never_returns_a_negative_parameter():
 
 
 def test_fit_link_recovers_one_link_from_several_algorithms_and_world_sizes():
-    found = [Measurement(name, p, n, predict(name, p, n, ALPHA, BETA))
-             for name in ("naive", "ring", "recursive doubling") for p in (1, 2, 3, 4) for n in SIZES.astype(int)]
+    found = [
+        Measurement(name, p, n, predict(name, p, n, ALPHA, BETA))
+        for name in ("naive", "ring", "recursive doubling")
+        for p in (1, 2, 3, 4)
+        for n in SIZES.astype(int)
+    ]
     alpha, beta = fit_link(found)
     assert alpha == pytest.approx(ALPHA, rel=1e-6) and beta == pytest.approx(BETA, rel=1e-6)
     assert predict("ring", 4, 1e6, alpha, beta) == pytest.approx(6 * ALPHA + 1.5e6 * BETA)

@@ -1,4 +1,5 @@
 """Chapter 3: the all-reduces' opt-in traces record what really happened, and cost nothing off."""
+
 import math
 
 import pytest
@@ -33,7 +34,8 @@ def test_the_final_state_is_the_all_reduce_result(traces, name, p):
     per_rank = traces[name, p]
     total = sum(torch.tensor(steps[0].after) for steps in per_rank)
     assert [steps[0].after for steps in per_rank] == [
-        tuple(float((i + 1) * 10**r) for i in range(p)) for r in range(p)]
+        tuple(float((i + 1) * 10**r) for i in range(p)) for r in range(p)
+    ]
     assert all(torch.equal(torch.tensor(steps[-1].after), total) for steps in per_rank)
 
 
@@ -42,8 +44,9 @@ def test_the_final_state_is_the_all_reduce_result(traces, name, p):
 def test_every_message_has_two_ends_with_the_same_step(traces, name, p):
     steps = [s for per_rank in traces[name, p] for s in per_rank[1:]]
     sends = {(s.step, s.rank, s.sent_to, s.sent) for s in steps if s.sent_to is not None}
-    receives = {(s.step, s.received_from, s.rank, s.received) for s in steps
-                if s.received_from is not None}
+    receives = {
+        (s.step, s.received_from, s.rank, s.received) for s in steps if s.received_from is not None
+    }
     assert sends == receives and sends
 
 
@@ -69,12 +72,15 @@ def test_the_ring_sends_every_chunk_over_each_link_as_expected(traces, p):
 @pytest.mark.parametrize("p", [2, 3, 4])
 def test_naive_goes_through_rank_0_and_doubling_swaps_whole_tensors(traces, p):
     naive = link_load(s for per_rank in traces["naive", p] for s in per_rank)
-    assert naive == dict(sorted({**{(r, 0): p for r in range(1, p)},
-                                 **{(0, r): p for r in range(1, p)}}.items()))
+    assert naive == dict(
+        sorted({**{(r, 0): p for r in range(1, p)}, **{(0, r): p for r in range(1, p)}}.items())
+    )
     doubling = traces["recursive doubling", p]
     if p & (p - 1) == 0:  # a power of two: log2 p swaps with rank ^ 2**k
         for rank, per_rank in enumerate(doubling):
-            assert [s.sent_to for s in per_rank[1:]] == [rank ^ (1 << k) for k in range(int(math.log2(p)))]
+            assert [s.sent_to for s in per_rank[1:]] == [
+                rank ^ (1 << k) for k in range(int(math.log2(p)))
+            ]
     else:  # fold in, swaps, fold out
         assert [s.phase for s in doubling[p - 1][1:]] == ["fold in", "fold out"]
 

@@ -1,5 +1,6 @@
 """Uneven local batches: weighed by sample counts, every all-reduce gives the global-batch
 gradient; averaged by the world size (dist_tuto's recipe), none does."""
+
 import pytest
 import torch
 
@@ -20,7 +21,9 @@ def test_weighed_average_is_the_global_batch_gradient_and_the_plain_mean_is_not(
         assert set(by_method) == {(name, w) for name in ALLREDUCES for w in (False, True)}
         for (allreduce, weighed), grad in by_method.items():
             if weighed:
-                torch.testing.assert_close(grad, expected, msg=lambda m: f"{allreduce}, rank {rank}: {m}")
+                torch.testing.assert_close(
+                    grad, expected, msg=lambda m: f"{allreduce}, rank {rank}: {m}"
+                )
             else:
                 assert (grad - expected).abs().max() > NAIVE_ERROR, allreduce
             assert torch.equal(grad, grads[0][allreduce, weighed])  # every rank holds the same bits

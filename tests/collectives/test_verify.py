@@ -1,4 +1,5 @@
 """Chapter 3: check_allreduce passes the hand-written all-reduces and catches a wrong one."""
+
 import pytest
 import torch
 
@@ -18,5 +19,7 @@ def test_check_allreduce_catches_a_wrong_sum():
 def test_check_allreduce_reports_one_row_per_case():
     rows = launch(check_allreduce, 2, (1, 7), (torch.float32,), timeout=60)[0]
     assert {(name, numel) for name, numel, _, _ in rows} == {
-        (name, numel) for name in ("naive", "ring", "pipelined ring", "recursive doubling")
-        for numel in (1, 7)}
+        (name, numel)
+        for name in ("naive", "ring", "pipelined ring", "recursive doubling")
+        for numel in (1, 7)
+    }

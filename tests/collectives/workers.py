@@ -1,5 +1,6 @@
 """Workers for the chapter-3 trace tests (importable by the launcher's fork server as
 ``tests.collectives.workers``)."""
+
 import inspect
 
 import torch

@@ -1,4 +1,5 @@
 """The torch floor (refused below with a clear message) and the renamed collectives."""
+
 import re
 from pathlib import Path
 
@@ -27,7 +28,10 @@ def test_the_floor_and_newer_are_accepted(version):
 
 @pytest.mark.parametrize("version", ["2.10.1+cu128", "2.6.0", "1.13.1"])
 def test_older_torch_is_refused_naming_both_versions(version):
-    with pytest.raises(ImportError, match=rf"needs torch>={TORCH_FLOOR}, but torch {re.escape(version)}.*pip install"):
+    with pytest.raises(
+        ImportError,
+        match=rf"needs torch>={TORCH_FLOOR}, but torch {re.escape(version)}.*pip install",
+    ):
         check_torch(version)
 
 
@@ -38,8 +42,10 @@ def test_a_version_that_is_not_one_is_refused():
 
 @pytest.mark.parametrize(
     "shim, new, old",
-    [(reduce_scatter_single, "reduce_scatter_single", "reduce_scatter_tensor"),
-     (all_gather_single, "all_gather_single", "all_gather_into_tensor")],
+    [
+        (reduce_scatter_single, "reduce_scatter_single", "reduce_scatter_tensor"),
+        (all_gather_single, "all_gather_single", "all_gather_into_tensor"),
+    ],
 )
 def test_each_collective_calls_the_name_this_torch_has_at_call_time(monkeypatch, shim, new, old):
     calls = []
@@ -48,4 +54,7 @@ def test_each_collective_calls_the_name_this_torch_has_at_call_time(monkeypatch,
     shim("out", "in", async_op=True)
     monkeypatch.delattr(dist, new)  # torch before 2.13
     shim("out", "in", group=None)
-    assert calls == [(new, ("out", "in"), {"async_op": True}), (old, ("out", "in"), {"group": None})]
+    assert calls == [
+        (new, ("out", "in"), {"async_op": True}),
+        (old, ("out", "in"), {"group": None}),
+    ]

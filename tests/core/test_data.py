@@ -1,9 +1,17 @@
 import pytest
 import torch
 
-from companion.core import DeviceLoader, data_loader, load_iters
-from companion.core import ImageSet, load_data, load_fashion_mnist, load_mnist_sample
-from companion.core import describe_setup, get_profile
+from companion.core import (
+    DeviceLoader,
+    ImageSet,
+    data_loader,
+    describe_setup,
+    get_profile,
+    load_data,
+    load_fashion_mnist,
+    load_iters,
+    load_mnist_sample,
+)
 
 pytestmark = pytest.mark.ch1
 
@@ -63,7 +71,9 @@ def test_fashion_mnist_reads_torchvision_raw_layout_offline(tiny_fashion_root, c
 
 
 def test_missing_fashion_mnist_offline_names_the_fallback(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"offline MNIST sample: load_data\('mnist-sample'\)"):
+    with pytest.raises(
+        FileNotFoundError, match=r"offline MNIST sample: load_data\('mnist-sample'\)"
+    ):
         load_data("fashion-mnist", root=tmp_path, download=False)
 
 
@@ -95,7 +105,9 @@ def test_profile_from_env(monkeypatch, capsys):
     assert "data: MNIST offline sample" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("batch_size,drop_last,expected", [(64, False, 63), (64, True, 62), (4000, False, 1)])
+@pytest.mark.parametrize(
+    "batch_size,drop_last,expected", [(64, False, 63), (64, True, 62), (4000, False, 1)]
+)
 def test_device_loader_lengths_and_coverage(sample, batch_size, drop_last, expected):
     it = DeviceLoader(sample.train, batch_size, drop_last=drop_last)
     batches = list(it)
@@ -113,14 +125,17 @@ def test_device_loader_reshuffles_each_epoch_and_repeats_with_the_seed(sample):
 
 
 def test_unshuffled_loaders_agree_batch_by_batch(sample):
-    for (Xa, ya), (Xb, yb) in zip(DeviceLoader(sample.test, 100, shuffle=False),
-                                  data_loader(sample.test, 100, shuffle=False)):
+    for (Xa, ya), (Xb, yb) in zip(
+        DeviceLoader(sample.test, 100, shuffle=False), data_loader(sample.test, 100, shuffle=False)
+    ):
         torch.testing.assert_close(Xa, Xb)
         assert torch.equal(ya, yb)
 
 
 def test_data_loader_is_seeded(sample):
-    first = lambda seed: next(iter(data_loader(sample.train, 16, seed=seed)))[1]
+    def first(seed):
+        return next(iter(data_loader(sample.train, 16, seed=seed)))[1]
+
     assert torch.equal(first(3), first(3)) and not torch.equal(first(3), first(4))
 
 

@@ -1,8 +1,7 @@
 import pytest
 import torch
 
-from companion.core import devices
-from companion.core import describe_devices, hardware_label, try_devices
+from companion.core import describe_devices, devices, hardware_label, try_devices
 
 pytestmark = pytest.mark.ch1
 
@@ -26,7 +25,12 @@ def test_one_gpu_is_repeated_and_the_notice_says_virtual(monkeypatch, capsys):
 def test_enough_gpus_are_distinct_and_fewer_are_round_robin(monkeypatch):
     monkeypatch.setattr(devices, "gpu_count", lambda: 3)
     assert [str(d) for d in try_devices(3, verbose=False)] == ["cuda:0", "cuda:1", "cuda:2"]
-    assert [str(d) for d in try_devices(4, verbose=False)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:0"]
+    assert [str(d) for d in try_devices(4, verbose=False)] == [
+        "cuda:0",
+        "cuda:1",
+        "cuda:2",
+        "cuda:0",
+    ]
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, "2", True])
@@ -36,7 +40,10 @@ def test_bad_device_counts_are_clear_errors(bad):
 
 
 def test_describe_real_devices():
-    assert describe_devices([torch.device("cuda:0"), torch.device("cuda:1")]) == "2 real GPUs: cuda:0, cuda:1"
+    assert (
+        describe_devices([torch.device("cuda:0"), torch.device("cuda:1")])
+        == "2 real GPUs: cuda:0, cuda:1"
+    )
     assert describe_devices([torch.device("cpu")]) == "1 real device: cpu"
 
 

@@ -1,4 +1,5 @@
 """Scratch folders: gone when the process exits, also after an error."""
+
 import os
 import subprocess
 import sys
@@ -21,8 +22,13 @@ raise RuntimeError("a cell failed")
 
 
 def test_a_scratch_folder_is_removed_at_exit_even_after_an_error(tmp_path):
-    run = subprocess.run([sys.executable, "-c", FAILING], capture_output=True, text=True,
-                         timeout=120, env={**os.environ, "TMPDIR": str(tmp_path)})
+    run = subprocess.run(
+        [sys.executable, "-c", FAILING],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
     assert run.returncode == 1 and "a cell failed" in run.stderr
     made = Path(run.stdout.strip())
     assert made.parent == tmp_path and made.name.startswith("ch99-")

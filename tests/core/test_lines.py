@@ -1,4 +1,5 @@
 """Whole lines: what an unbuffered stream receives from say(), and two processes on one pipe."""
+
 import io
 import os
 import subprocess
@@ -55,8 +56,10 @@ def test_two_unbuffered_processes_sharing_a_pipe_never_merge_lines():
     n = 3000
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     r, w = os.pipe()
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(k), str(n)], stdout=w, env=env)
-             for k in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(k), str(n)], stdout=w, env=env)
+        for k in range(2)
+    ]
     os.close(w)
     with os.fdopen(r) as pipe:
         out = pipe.read()
@@ -64,5 +67,7 @@ def test_two_unbuffered_processes_sharing_a_pipe_never_merge_lines():
         assert p.wait(timeout=120) == 0
     lines = out.splitlines()
     assert len(lines) == 2 * n
-    assert all(line.startswith("worker ") and line.endswith("x" * 60) and line.count("worker") == 1
-               for line in lines)
+    assert all(
+        line.startswith("worker ") and line.endswith("x" * 60) and line.count("worker") == 1
+        for line in lines
+    )

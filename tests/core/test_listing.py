@@ -15,14 +15,21 @@ def test_show_renders_the_real_source_with_its_file_and_docstring_on_request():
     src = show(train_step, docstrings=True)
     assert repr(src) == "# companion/core/training.py\n" + inspect.getsource(train_step)
     md = src._repr_markdown_()
-    assert md.startswith("```python\n# companion/core/training.py\ndef train_step(") and md.endswith("```")
+    assert md.startswith(
+        "```python\n# companion/core/training.py\ndef train_step("
+    ) and md.endswith("```")
 
 
 def _strip_docstring_nodes(tree: ast.AST) -> str:
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(getattr(body[0], "value", None), ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             node.body = body[1:]
     return ast.dump(tree)
 
@@ -54,7 +61,10 @@ def test_show_rejects_objects_without_source():
 def test_a_docstring_that_is_the_whole_body_becomes_an_ellipsis_so_the_listing_parses():
     code = 'class A:\n    def f(self) -> None:\n        """Only a docstring."""\n\n    def g(self):\n        return 1\n'
     shown = _without_docstrings(code)
-    assert shown == 'class A:\n    def f(self) -> None:\n        ...\n\n    def g(self):\n        return 1\n'
+    assert (
+        shown
+        == "class A:\n    def f(self) -> None:\n        ...\n\n    def g(self):\n        return 1\n"
+    )
     ast.parse(shown)
 
 

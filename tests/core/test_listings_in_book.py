@@ -1,6 +1,7 @@
 """Every ``show(...)`` a notebook calls renders at most 50 lines of valid Python, its
 ``# companion/...`` header included: the listing shows the idea, and instrumentation lives
 beside it (CONTRIBUTING.md)."""
+
 import ast
 import json
 from pathlib import Path
@@ -25,8 +26,13 @@ def show_calls(nb_path: Path) -> tuple[list[ast.stmt], list[ast.Call]]:
         except SyntaxError:
             continue
         imports += [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
-        calls += [node for node in ast.walk(tree) if isinstance(node, ast.Call)
-                  and isinstance(node.func, ast.Name) and node.func.id == "show"]
+        calls += [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "show"
+        ]
     return imports, calls
 
 

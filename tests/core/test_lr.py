@@ -3,8 +3,8 @@ import torch
 
 from companion.core.data import load_mnist_sample
 from companion.core.loaders import load_iters
-from companion.core.models import get_model
 from companion.core.lr import linear_lr, lr_schedule, scaled_lr, warmup_lr
+from companion.core.models import get_model
 from companion.core.training import flat_params, set_seed, sgd_steps, train
 
 pytestmark = pytest.mark.ch1
@@ -61,8 +61,20 @@ def test_the_schedule_sets_the_rate_of_every_step(device):
     train_iter, test_iter = load_iters(data, 100, device, seed=0)
     set_seed(0)
     net = get_model("lenet").to(device)
-    train(net, train_iter, test_iter, epochs=2, lr=0.1, lr_schedule=lambda s: 0.1 if s < 2 else 0.0,
-          profile="ci", warmup_steps=0, precision="fp32", channels_last=False)
+    train(
+        net,
+        train_iter,
+        test_iter,
+        epochs=2,
+        lr=0.1,
+        lr_schedule=lambda s: 0.1 if s < 2 else 0.0,
+        profile="ci",
+        warmup_steps=0,
+        precision="fp32",
+        channels_last=False,
+    )
     set_seed(0)
-    expected = sgd_steps(get_model("lenet").to(device), load_iters(data, 100, device, seed=0)[0], 0.1, 2)
+    expected = sgd_steps(
+        get_model("lenet").to(device), load_iters(data, 100, device, seed=0)[0], 0.1, 2
+    )
     torch.testing.assert_close(flat_params(net), expected)

@@ -40,7 +40,9 @@ def test_convnet_returns_logits_not_probabilities():
 
 
 def test_unknown_model():
-    with pytest.raises(ValueError, match="unknown model 'vgg'; choose one of lenet, resnet18, convnet, lenet-bn"):
+    with pytest.raises(
+        ValueError, match="unknown model 'vgg'; choose one of lenet, resnet18, convnet, lenet-bn"
+    ):
         get_model("vgg")
 
 

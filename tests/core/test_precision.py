@@ -1,4 +1,5 @@
 """Exact fp32 for equivalence checks, and a faithful emulation of TF32's rounding."""
+
 import os
 
 import pytest
@@ -27,14 +28,22 @@ def test_round_to_tf32_error_is_at_most_half_a_tf32_ulp_and_it_is_idempotent():
 
 
 def test_strict_fp32_switches_tf32_off_and_restores_everything():
-    before = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
-              torch.get_float32_matmul_precision(), os.environ.get("NVIDIA_TF32_OVERRIDE"))
+    before = (
+        torch.backends.cudnn.allow_tf32,
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.get_float32_matmul_precision(),
+        os.environ.get("NVIDIA_TF32_OVERRIDE"),
+    )
     with strict_fp32():
         assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
         assert torch.get_float32_matmul_precision() == "highest"
         assert os.environ["NVIDIA_TF32_OVERRIDE"] == "0"  # inherited by launched workers
-    after = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32,
-             torch.get_float32_matmul_precision(), os.environ.get("NVIDIA_TF32_OVERRIDE"))
+    after = (
+        torch.backends.cudnn.allow_tf32,
+        torch.backends.cuda.matmul.allow_tf32,
+        torch.get_float32_matmul_precision(),
+        os.environ.get("NVIDIA_TF32_OVERRIDE"),
+    )
     assert after == before
 
 
@@ -99,8 +108,17 @@ def test_mixed_precision_trains_to_within_a_stated_tolerance_of_fp32(device, pre
     for p in ("fp32", precision):
         set_seed(0)
         train_iter, test_iter = load_iters(data, 64, device, seed=0)
-        records = train(lenet(), train_iter, test_iter, epochs=2, lr=0.1, device=device,
-                        profile="ci", precision=p, channels_last=p != "fp32")
+        records = train(
+            lenet(),
+            train_iter,
+            test_iter,
+            epochs=2,
+            lr=0.1,
+            device=device,
+            profile="ci",
+            precision=p,
+            channels_last=p != "fp32",
+        )
         results[p] = records[-1]
     assert results[precision].precision == f"{precision}, channels_last"
     assert results["fp32"].precision == "fp32"
@@ -115,8 +133,15 @@ def test_fp64_mode_computes_in_float64_from_float32_batches_and_is_never_auto():
     import copy
     import pickle
 
-    from companion.core import (CHECK_PRECISION, PRECISIONS, MathMode, check_batch, check_exact,
-                                step_for, train_step)
+    from companion.core import (
+        CHECK_PRECISION,
+        PRECISIONS,
+        MathMode,
+        check_batch,
+        check_exact,
+        step_for,
+        train_step,
+    )
 
     mode = MathMode("fp64", "cpu")
     assert (str(mode), mode.plain, mode.dtype, mode.scaler) == ("fp64", True, None, None)

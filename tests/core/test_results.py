@@ -1,10 +1,16 @@
-
 import matplotlib
 import pytest
 
 matplotlib.use("Agg")
 
-from companion.core import Record, final_accuracy, load_records, plot_scaling, save_records, summarize
+from companion.core import (
+    Record,
+    final_accuracy,
+    load_records,
+    plot_scaling,
+    save_records,
+    summarize,
+)
 
 pytestmark = pytest.mark.ch1
 
@@ -28,9 +34,7 @@ def test_save_and_load_round_trip(tmp_path):
     path = tmp_path / "sub" / "r.json"
     save_records(records, path)
     assert load_records(path) == records
-    assert [p.name for p in path.parent.iterdir()] == [
-        "r.json"
-    ]  # no temporary file left
+    assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temporary file left
 
 
 def test_save_is_atomic_on_failure(tmp_path):
@@ -57,15 +61,13 @@ def test_summarize_averages_the_last_half_of_the_epochs_and_the_time_of_all():
 def test_summarize_columns_line_up_for_long_method_names():
     text = summarize([rec("DataParallel by hand (virtual devices, long name)", 2), rec("m", 1)])
     header, first, second = text.splitlines()[:3]
-    assert header.index("devices") + len("devices") == first.index(" 2") + 2 == second.index(" 1") + 2
+    assert (
+        header.index("devices") + len("devices") == first.index(" 2") + 2 == second.index(" 1") + 2
+    )
 
 
 def test_plot_scaling_draws_two_panels_against_device_count():
-    records = [
-        rec("a", n, e, acc=0.5 + 0.1 * n, sec=float(n + e))
-        for n in (1, 2)
-        for e in (1, 2)
-    ]
+    records = [rec("a", n, e, acc=0.5 + 0.1 * n, sec=float(n + e)) for n in (1, 2) for e in (1, 2)]
     fig = plot_scaling(records, device_counts=(1, 2, 4))
     acc_ax, time_ax = fig.axes
     assert list(acc_ax.get_xticks()) == [1, 2, 4] and list(time_ax.get_xticks()) == [
@@ -91,16 +93,18 @@ def test_equal_methods_stay_distinguishable_and_accuracy_axis_stays_in_range():
     assert 0.99 < high <= 1.01 and high - low >= 0.1
 
 
-
 def test_the_slowest_point_is_off_the_frame_and_the_legend_off_the_data():
     """Issue 36: set_ylim(bottom=0) alone left the top at the data's maximum."""
-    records = [rec(m, n, e, sec=0.7 + 0.047 * e) for m in ("a", "b") for n in (1, 2) for e in (0, 1)]
+    records = [
+        rec(m, n, e, sec=0.7 + 0.047 * e) for m in ("a", "b") for n in (1, 2) for e in (0, 1)
+    ]
     fig = plot_scaling(records)
     slowest = 0.747  # the top of the highest error bar
     assert fig.axes[1].get_ylim()[0] == 0 and fig.axes[1].get_ylim()[1] >= 1.05 * slowest
     assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
     legend_top = fig.legends[0].get_window_extent(fig.canvas.get_renderer()).y1
     assert legend_top <= min(ax.get_window_extent().y0 for ax in fig.axes)  # below the axes
+
 
 def test_plot_scaling_needs_records():
     with pytest.raises(ValueError, match="at least one record"):

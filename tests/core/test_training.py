@@ -4,11 +4,19 @@ import pytest
 import torch
 from torch import nn
 
-from companion.core import load_iters
-from companion.core import load_mnist_sample
-from companion.core import lenet
-from companion.core import Record
-from companion.core import Timer, accuracy, evaluate_accuracy, set_seed, train, train_step, warm_up
+from companion.core import (
+    Record,
+    Timer,
+    accuracy,
+    evaluate_accuracy,
+    lenet,
+    load_iters,
+    load_mnist_sample,
+    set_seed,
+    train,
+    train_step,
+    warm_up,
+)
 
 pytestmark = pytest.mark.ch1
 
@@ -59,6 +67,7 @@ def test_warm_up_changes_neither_model_nor_random_stream(sample):
 
 def test_timer_measures_elapsed_time():
     import time
+
     with Timer("cpu") as t:
         time.sleep(0.05)
     assert 0.04 < t.seconds < 1.0
@@ -71,7 +80,9 @@ def test_train_learns_and_records_every_epoch(sample):
     assert [r.epoch for r in records] == [1, 2]
     assert all(isinstance(r, Record) and r.profile == "ci" and r.n_devices == 1 for r in records)
     assert records[-1].test_acc > 0.7  # chance is 0.1
-    assert all(r.sec_per_epoch > 0 and abs(r.samples_per_sec * r.sec_per_epoch - 4000) < 1 for r in records)
+    assert all(
+        r.sec_per_epoch > 0 and abs(r.samples_per_sec * r.sec_per_epoch - 4000) < 1 for r in records
+    )
 
 
 def test_training_is_reproducible_with_seeds(sample):
@@ -81,6 +92,7 @@ def test_training_is_reproducible_with_seeds(sample):
         net = lenet()
         train(net, tr, te, epochs=1, lr=0.1, profile="ci")
         return net
+
     for a, b in zip(run().parameters(), run().parameters()):
         assert torch.equal(a, b)
 

@@ -6,12 +6,26 @@ import pytest
 import torch
 from torch import nn
 
-from companion.dataparallel import GATHER_SCALAR_WARNING, DataParallelByHand, chunk_sizes, scatter
-from companion.runtime import (load_checkpoint, load_into, save_checkpoint,
-    strip_module_prefix, unwrap)
-from companion.dataparallel import (NetWithLoss, global_mean, output_device_bytes,
-    peak_memory_per_device, physical_gpu_ids, visible_devices_in_subprocess)
 from companion.core import lenet
+from companion.dataparallel import (
+    GATHER_SCALAR_WARNING,
+    DataParallelByHand,
+    NetWithLoss,
+    chunk_sizes,
+    global_mean,
+    output_device_bytes,
+    peak_memory_per_device,
+    physical_gpu_ids,
+    scatter,
+    visible_devices_in_subprocess,
+)
+from companion.runtime import (
+    load_checkpoint,
+    load_into,
+    save_checkpoint,
+    strip_module_prefix,
+    unwrap,
+)
 
 pytestmark = pytest.mark.ch4
 
@@ -22,16 +36,19 @@ GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 # --- CUDA_VISIBLE_DEVICES -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value, n_physical, ids", [
-    ("2,3", None, ["2", "3"]),
-    (" 1, 0 ", None, ["1", "0"]),
-    ("0,2,-1,1", None, ["0", "2"]),  # CUDA stops at the first invalid entry
-    ("1,foo,0", None, ["1"]),
-    ("", None, []),
-    ("GPU-8f3c,02", None, ["GPU-8f3c", "2"]),
-    ("3,0", 2, []),  # GPU 3 does not exist on a 2-GPU machine
-    ("1,0,5", 2, ["1", "0"]),
-])
+@pytest.mark.parametrize(
+    "value, n_physical, ids",
+    [
+        ("2,3", None, ["2", "3"]),
+        (" 1, 0 ", None, ["1", "0"]),
+        ("0,2,-1,1", None, ["0", "2"]),  # CUDA stops at the first invalid entry
+        ("1,foo,0", None, ["1"]),
+        ("", None, []),
+        ("GPU-8f3c,02", None, ["GPU-8f3c", "2"]),
+        ("3,0", 2, []),  # GPU 3 does not exist on a 2-GPU machine
+        ("1,0,5", 2, ["1", "0"]),
+    ],
+)
 def test_physical_gpu_ids_follow_cuda_visible_devices(value, n_physical, ids):
     assert physical_gpu_ids(value, n_physical) == ids
 
@@ -67,10 +84,13 @@ def assert_same_state(a: nn.Module, b: nn.Module) -> None:
     torch.testing.assert_close(cpu(a), cpu(b))
 
 
-@pytest.mark.parametrize("wrapper", [
-    lambda net: DataParallelByHand(net, [CPU, CPU]),
-    nn.DataParallel,  # without CUDA it still holds the model as .module
-])
+@pytest.mark.parametrize(
+    "wrapper",
+    [
+        lambda net: DataParallelByHand(net, [CPU, CPU]),
+        nn.DataParallel,  # without CUDA it still holds the model as .module
+    ],
+)
 def test_state_dicts_round_trip_between_wrapped_and_plain_models(wrapper, tmp_path):
     torch.manual_seed(0)
     source, target = lenet(), lenet()
@@ -163,13 +183,17 @@ def test_scalar_losses_come_back_as_a_vector_whose_weighted_mean_is_the_batch_me
     assert [str(w.message) for w in caught] == [GATHER_SCALAR_WARNING]
     sizes = chunk_sizes(n, k)
     assert means.shape == (len(sizes),)
-    expected = [nn.functional.cross_entropy(net(X_i), y_i) for X_i, y_i in scatter((X, y), [CPU] * k)]
+    expected = [
+        nn.functional.cross_entropy(net(X_i), y_i) for X_i, y_i in scatter((X, y), [CPU] * k)
+    ]
     torch.testing.assert_close(means, torch.stack(expected))
     full = nn.functional.cross_entropy(net(X), y)
     torch.testing.assert_close(global_mean(means, sizes), full)
     if len(set(sizes)) > 1:  # uneven chunks: the plain mean is wrong
         assert abs(means.mean() - full) > 1e-4
-    per_sample = DataParallelByHand(NetWithLoss(net, nn.CrossEntropyLoss(reduction="none")), [CPU] * k)
+    per_sample = DataParallelByHand(
+        NetWithLoss(net, nn.CrossEntropyLoss(reduction="none")), [CPU] * k
+    )
     torch.testing.assert_close(per_sample(X, y).mean(), full)
 
 

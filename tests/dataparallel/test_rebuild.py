@@ -8,16 +8,30 @@ import pytest
 import torch
 from torch import nn
 
-from companion.core import DeviceLoader
-from companion.core import ImageSet, load_mnist_sample
-from companion.dataparallel import (GATHER_SCALAR_WARNING, DataParallelByHand, ReplicaError,
-    check_on_first_device, chunk_sizes, gather, parallel_apply, replicate, scatter)
-from companion.core import as_devices
-from companion.dataparallel import train, wrap_dataparallel
-from companion.core import lenet
-from companion.core import Record
-from companion.core import set_seed, train_step
+from companion.core import (
+    DeviceLoader,
+    ImageSet,
+    Record,
+    as_devices,
+    lenet,
+    load_mnist_sample,
+    set_seed,
+    train_step,
+)
 from companion.core import train as train_one_device
+from companion.dataparallel import (
+    GATHER_SCALAR_WARNING,
+    DataParallelByHand,
+    ReplicaError,
+    check_on_first_device,
+    chunk_sizes,
+    gather,
+    parallel_apply,
+    replicate,
+    scatter,
+    train,
+    wrap_dataparallel,
+)
 
 pytestmark = pytest.mark.ch4
 
@@ -98,7 +112,10 @@ def test_scatter_rejects_bad_input():
 
 def test_as_devices_reads_gpu_indices_and_rejects_an_empty_list():
     assert as_devices([0, "cpu", torch.device("cuda:1")]) == [
-        torch.device("cuda:0"), CPU, torch.device("cuda:1")]
+        torch.device("cuda:0"),
+        CPU,
+        torch.device("cuda:1"),
+    ]
     with pytest.raises(ValueError, match="at least one device.*try_devices"):
         as_devices([])
 
@@ -167,7 +184,9 @@ def test_parallel_apply_runs_one_thread_per_replica_and_keeps_the_order():
 def test_parallel_apply_carries_the_grad_mode_into_the_threads():
     net = nn.Linear(3, 1)
     chunks = scatter((torch.rand(4, 3),), cpus(2))
-    assert all(o.grad_fn is not None for o in parallel_apply(replicate(net, cpus(2)), chunks, cpus(2)))
+    assert all(
+        o.grad_fn is not None for o in parallel_apply(replicate(net, cpus(2)), chunks, cpus(2))
+    )
     replicas = replicate(net, cpus(2))  # connected to net: outputs would have a grad_fn
     with torch.no_grad():  # ... unless the threads also run without gradients
         outs = parallel_apply(replicas, chunks, cpus(2))
@@ -310,12 +329,29 @@ def test_train_equals_one_device_training_and_returns_records():
     for k in (1, 2):
         set_seed(0)
         net = lenet()
-        runs[k] = (net, train(net, DeviceLoader(small, 40, seed=0), DeviceLoader(test, 32),
-                              cpus(k), epochs=2, lr=0.1, profile="ci", verbose=False))
+        runs[k] = (
+            net,
+            train(
+                net,
+                DeviceLoader(small, 40, seed=0),
+                DeviceLoader(test, 32),
+                cpus(k),
+                epochs=2,
+                lr=0.1,
+                profile="ci",
+                verbose=False,
+            ),
+        )
     set_seed(0)
     single = lenet()
-    train_one_device(single, DeviceLoader(small, 40, seed=0), DeviceLoader(test, 32),
-                     epochs=2, lr=0.1, profile="ci")
+    train_one_device(
+        single,
+        DeviceLoader(small, 40, seed=0),
+        DeviceLoader(test, 32),
+        epochs=2,
+        lr=0.1,
+        profile="ci",
+    )
     for k, (net, records) in runs.items():
         assert [r.epoch for r in records] == [1, 2] and all(isinstance(r, Record) for r in records)
         assert {r.n_devices for r in records} == {k}

@@ -1,12 +1,20 @@
 """The command line of companion.ddp: bad options and a missing torchrun give clear errors, fast
 (in-process; the real torchrun runs are in test_torchrun.py)."""
+
 import pytest
 
 from companion.ddp import build_parser, main
 
 pytestmark = pytest.mark.ch5
 
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+TORCHRUN_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
 
 @pytest.fixture
@@ -15,30 +23,37 @@ def no_torchrun(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--epochs", "0"], "argument --epochs: must be a positive, finite int, got '0'"),
-    (["--lr", "-1"], "argument --lr: must be a positive, finite float, got '-1'"),
-    (["--lr", "fast"], "argument --lr: must be a positive, finite float, got 'fast'"),
-    (["--lr", "inf"], "argument --lr: must be a positive, finite float, got 'inf'"),
-    (["--lr", "nan"], "argument --lr: must be a positive, finite float, got 'nan'"),
-    (["--timeout", "0"], "argument --timeout: must be a positive, finite float, got '0'"),
-    (["--global-batch", "64", "--per-rank-batch", "32"], "not allowed with argument"),
-    (["--profile", "laptop"], "unknown profile 'laptop'; valid profiles are"),
-    (["--model", "vgg"], "unknown model 'vgg'"),
-    (["--backend", "mpi"], "invalid choice: 'mpi'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--epochs", "0"], "argument --epochs: must be a positive, finite int, got '0'"),
+        (["--lr", "-1"], "argument --lr: must be a positive, finite float, got '-1'"),
+        (["--lr", "fast"], "argument --lr: must be a positive, finite float, got 'fast'"),
+        (["--lr", "inf"], "argument --lr: must be a positive, finite float, got 'inf'"),
+        (["--lr", "nan"], "argument --lr: must be a positive, finite float, got 'nan'"),
+        (["--timeout", "0"], "argument --timeout: must be a positive, finite float, got '0'"),
+        (["--global-batch", "64", "--per-rank-batch", "32"], "not allowed with argument"),
+        (["--profile", "laptop"], "unknown profile 'laptop'; valid profiles are"),
+        (["--model", "vgg"], "unknown model 'vgg'"),
+        (["--backend", "mpi"], "invalid choice: 'mpi'"),
+    ],
+)
 def test_bad_options_exit_with_a_clear_message(no_torchrun, capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_options_that_depend_on_the_world_size_and_the_paths(no_torchrun, capsys, monkeypatch, tmp_path):
+def test_options_that_depend_on_the_world_size_and_the_paths(
+    no_torchrun, capsys, monkeypatch, tmp_path
+):
     monkeypatch.setenv("WORLD_SIZE", "2")
     (tmp_path / "afile").write_text("")
-    for argv, message in ((["--global-batch", "63"], "choose a multiple of 2, e.g. 62"),
-                          (["--checkpoint", str(tmp_path)], "is a directory; give a file name"),
-                          (["--log-dir", str(tmp_path / "afile")], "is a file; give a directory")):
+    for argv, message in (
+        (["--global-batch", "63"], "choose a multiple of 2, e.g. 62"),
+        (["--checkpoint", str(tmp_path)], "is a directory; give a file name"),
+        (["--log-dir", str(tmp_path / "afile")], "is a file; give a directory"),
+    ):
         with pytest.raises(SystemExit):
             main(argv)
         assert message in capsys.readouterr().err
@@ -48,14 +63,25 @@ def test_without_torchrun_it_says_how_to_start_it(no_torchrun, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--profile", "ci"])
     assert exit_info.value.code == 2
-    assert "start this with torchrun, e.g. torchrun --standalone --nproc-per-node=2" in capsys.readouterr().err
+    assert (
+        "start this with torchrun, e.g. torchrun --standalone --nproc-per-node=2"
+        in capsys.readouterr().err
+    )
 
 
 def test_help_names_the_torchrun_command():
     text = build_parser().format_help()
     assert text.startswith("usage: torchrun --standalone --nproc-per-node=N -m companion.ddp")
-    for option in ("--epochs", "--global-batch", "--per-rank-batch", "--lr", "--scale-lr", "--log-dir",
-                   "--checkpoint", "--profile"):
+    for option in (
+        "--epochs",
+        "--global-batch",
+        "--per-rank-batch",
+        "--lr",
+        "--scale-lr",
+        "--log-dir",
+        "--checkpoint",
+        "--profile",
+    ):
         assert option in text
 
 
@@ -74,8 +100,11 @@ def test_find_unused_parameters_reaches_train_ddp(no_torchrun, monkeypatch, caps
     monkeypatch.setattr(cli, "init_from_env", one_process_group)
     monkeypatch.setattr(cli, "load_data", lambda *a, **k: None)
     monkeypatch.setattr(cli, "summarize", lambda records: "summary")
-    monkeypatch.setattr(cli, "train_ddp", lambda data, profile, **o: seen.update(o) or
-                        types.SimpleNamespace(records=[]))
+    monkeypatch.setattr(
+        cli,
+        "train_ddp",
+        lambda data, profile, **o: seen.update(o) or types.SimpleNamespace(records=[]),
+    )
     for argv, flag in ((["--find-unused-parameters"], True), ([], False)):
         assert main(["--profile", "ci", *argv]) == 0
         assert seen["find_unused_parameters"] is flag and not dist.is_initialized()

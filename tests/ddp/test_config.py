@@ -1,4 +1,5 @@
 """What `python -m companion.ddp` prints about its configuration."""
+
 import pytest
 
 from companion.ddp import DDPConfig

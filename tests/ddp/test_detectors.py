@@ -1,16 +1,29 @@
 """Each detector passes correct evidence and catches its mistake (synthetic evidence here;
 published DDP examples' mistakes, reproduced in worker processes, are in test_mistakes.py)."""
+
 import copy
 
 import pytest
 import torch
 from torch import nn
 
-from companion.ddp import (DuplicatedWork, EvaluationMiscount, ProbabilitiesNotLogits,
-    RankTrace, ReplicasOutOfSync, SameOrderEveryEpoch, check_disjoint_shards, check_eval_count,
-    check_logits, check_order_changes, check_replicas_in_sync, diagnose, fingerprint)
 from companion.core import get_model
-from companion.ddp import sampler_indices
+from companion.ddp import (
+    DuplicatedWork,
+    EvaluationMiscount,
+    ProbabilitiesNotLogits,
+    RankTrace,
+    ReplicasOutOfSync,
+    SameOrderEveryEpoch,
+    check_disjoint_shards,
+    check_eval_count,
+    check_logits,
+    check_order_changes,
+    check_replicas_in_sync,
+    diagnose,
+    fingerprint,
+    sampler_indices,
+)
 
 pytestmark = pytest.mark.ch5
 
@@ -40,7 +53,9 @@ def test_disjoint_shards_accept_the_samplers_padding_and_nothing_more(n, world_s
     shares = [torch.tensor(s) for s in sampler_indices(range(n), world_size)]
     check_disjoint_shards(shares, n)
     with pytest.raises(DuplicatedWork, match="DistributedSampler"):
-        check_disjoint_shards([torch.randperm(n) for _ in range(world_size)], n)  # everyone reads everything
+        check_disjoint_shards(
+            [torch.randperm(n) for _ in range(world_size)], n
+        )  # everyone reads everything
     overlapping = [shares[0], torch.cat([shares[1], shares[0][: -n % world_size + 1]])]
     with pytest.raises(DuplicatedWork):
         check_disjoint_shards(overlapping + shares[2:], n)
@@ -50,21 +65,27 @@ def test_order_changes():
     check_order_changes([torch.tensor([0, 1, 2]), torch.tensor([2, 0, 1]), torch.tensor([1, 2, 0])])
     check_order_changes([torch.tensor([0, 1, 2])])  # one epoch: nothing to compare
     with pytest.raises(SameOrderEveryEpoch, match="epochs 2 and 3.*set_epoch"):
-        check_order_changes([torch.tensor([0, 1, 2]), torch.tensor([2, 0, 1]), torch.tensor([2, 0, 1])])
+        check_order_changes(
+            [torch.tensor([0, 1, 2]), torch.tensor([2, 0, 1]), torch.tensor([2, 0, 1])]
+        )
 
 
 def test_logits_pass_and_probabilities_are_caught():
     torch.manual_seed(0)
     logits = torch.randn(8, 10)
     check_logits(logits)
-    check_logits(logits.abs() / logits.abs().sum(dim=1, keepdim=True) * 1.5)  # positive, rows sum to 1.5
+    check_logits(
+        logits.abs() / logits.abs().sum(dim=1, keepdim=True) * 1.5
+    )  # positive, rows sum to 1.5
     with pytest.raises(ProbabilitiesNotLogits, match="drop the final softmax"):
         check_logits(torch.softmax(logits, dim=1))
 
 
 def test_eval_count():
     check_eval_count(203, 203)
-    with pytest.raises(EvaluationMiscount, match="204 samples for a test set of 203 \\(some twice\\)"):
+    with pytest.raises(
+        EvaluationMiscount, match="204 samples for a test set of 203 \\(some twice\\)"
+    ):
         check_eval_count(204, 203)
     with pytest.raises(EvaluationMiscount, match="only part of them"):
         check_eval_count(102, 203)
@@ -76,7 +97,11 @@ def test_diagnose_reports_each_problem_once():
     assert diagnose(good, 10) == []
     bad = [RankTrace("f", [torch.arange(10)] * 2), RankTrace("g", [torch.arange(10)] * 2)]
     problems = diagnose(bad, 10)
-    assert [p.split(":")[0] for p in problems] == ["ReplicasOutOfSync", "DuplicatedWork", "SameOrderEveryEpoch"]
+    assert [p.split(":")[0] for p in problems] == [
+        "ReplicasOutOfSync",
+        "DuplicatedWork",
+        "SameOrderEveryEpoch",
+    ]
 
 
 @pytest.mark.parametrize("world_size", [2, 3])

@@ -1,25 +1,41 @@
 """Published DDP examples' mistakes, reproduced in worker processes: each is caught by its own detector,
 and the correct loop passes all of them. Evaluation: right, per rank, and padded."""
+
 import math
 
 import pytest
 
 from companion.core import Data, ImageSet, load_data
-from companion.ddp import EvaluationMiscount, check_eval_count
+from companion.ddp import (
+    MISTAKES,
+    EvaluationMiscount,
+    check_eval_count,
+    detect,
+    evaluate_three_ways,
+    train_with_mistake,
+)
 from companion.runtime import WorkerError, launch
-from companion.ddp import MISTAKES, detect, evaluate_three_ways, train_with_mistake
 
 pytestmark = pytest.mark.ch5
 
-CAUGHT_BY = {None: [], "dataparallel": ["ReplicasOutOfSync"], "no-sampler": ["DuplicatedWork"],
-             "no-set-epoch": ["SameOrderEveryEpoch"], "softmax": ["ProbabilitiesNotLogits"]}
+CAUGHT_BY = {
+    None: [],
+    "dataparallel": ["ReplicasOutOfSync"],
+    "no-sampler": ["DuplicatedWork"],
+    "no-set-epoch": ["SameOrderEveryEpoch"],
+    "softmax": ["ProbabilitiesNotLogits"],
+}
 
 
 @pytest.fixture(scope="module")
 def small() -> Data:
     data = load_data("mnist-sample", verbose=False)
-    return Data("small", ImageSet(data.train.images[:601], data.train.labels[:601]),
-                ImageSet(data.test.images[:203], data.test.labels[:203]), data.classes)
+    return Data(
+        "small",
+        ImageSet(data.train.images[:601], data.train.labels[:601]),
+        ImageSet(data.test.images[:203], data.test.labels[:203]),
+        data.classes,
+    )
 
 
 def test_every_mistake_has_a_detector():
@@ -31,7 +47,9 @@ def test_each_mistake_is_caught_by_its_detector_and_only_by_it(small, mistake):
     runs = launch(train_with_mistake, 2, small, mistake, epochs=2, timeout=120, backend="gloo")
     assert [p.split(":")[0] for p in detect(runs, len(small.train))] == CAUGHT_BY[mistake]
     assert all(len(run.losses) == 2 for run in runs)
-    if mistake == "softmax":  # softmax, then CrossEntropyLoss: the loss cannot go below log(1 + 9/e)
+    if (
+        mistake == "softmax"
+    ):  # softmax, then CrossEntropyLoss: the loss cannot go below log(1 + 9/e)
         assert min(runs[0].losses) > math.log(1 + 9 / math.e)
 
 
@@ -41,7 +59,9 @@ def test_an_unknown_mistake_is_refused(small):
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4])
-def test_distributed_evaluation_equals_one_process_exactly_and_the_wrong_ones_are_caught(small, world_size):
+def test_distributed_evaluation_equals_one_process_exactly_and_the_wrong_ones_are_caught(
+    small, world_size
+):
     n = len(small.test)  # 203: not a multiple of 2, 3 or 4
     seen = launch(evaluate_three_ways, world_size, small, timeout=120, backend="gloo")
     assert seen[0]["distributed"] == seen[0]["single process"]  # the same count, exactly

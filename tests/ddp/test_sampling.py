@@ -1,4 +1,5 @@
 """Who reads what: the sampler-driven loader, DistributedSampler's shares, the exact test split."""
+
 import pytest
 import torch
 from torch import nn
@@ -11,8 +12,10 @@ pytestmark = pytest.mark.ch5
 
 
 def tiny_images(n: int) -> ImageSet:
-    return ImageSet(torch.arange(n, dtype=torch.uint8).reshape(n, 1, 1).expand(n, 2, 2).contiguous(),
-                    torch.arange(n) % 10)
+    return ImageSet(
+        torch.arange(n, dtype=torch.uint8).reshape(n, 1, 1).expand(n, 2, 2).contiguous(),
+        torch.arange(n) % 10,
+    )
 
 
 def test_the_loader_serves_batches_in_the_samplers_order_and_remembers_it():
@@ -50,7 +53,9 @@ def test_eval_shares_cover_every_sample_exactly_once(n, world_size):
     assert max(map(len, shares)) - min(map(len, shares)) <= 1
     # an unshuffled DistributedSampler deals the same way, plus its padding
     for r, share in enumerate(shares):
-        assert list(DistributedSampler(range(n), world_size, r, shuffle=False))[: len(share)] == share
+        assert (
+            list(DistributedSampler(range(n), world_size, r, shuffle=False))[: len(share)] == share
+        )
 
 
 def test_eval_indices_refuses_a_rank_outside_the_world():

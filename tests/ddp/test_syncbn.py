@@ -1,4 +1,5 @@
 """SyncBatchNorm: refused on CPU tensors (what torch says), global statistics on 2+ GPUs."""
+
 import pytest
 import torch
 from torch import nn

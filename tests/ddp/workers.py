@@ -1,6 +1,7 @@
 """Workers for the chapter-5 tests (importable by the launcher's fork server as
 ``tests.ddp.workers``): a BatchNorm model's replicas, and a model with a parameter that
 ``forward`` never uses."""
+
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -22,7 +23,9 @@ def register_unused() -> None:
     MODELS.setdefault(UNUSED, lenet_with_unused)
 
 
-def bn_fingerprints(rank: int, world_size: int, wrap: bool = True, steps: int = 3) -> tuple[str, str]:
+def bn_fingerprints(
+    rank: int, world_size: int, wrap: bool = True, steps: int = 3
+) -> tuple[str, str]:
     """LeNet-BN trained ``steps`` steps on this rank's own random batches, with DDP (or
     without, ``wrap=False``); ``(fingerprint now, fingerprint with the tracked buffers)``."""
     set_seed(0)

@@ -1,4 +1,5 @@
 """Runs shared by the tests of chapter 8: one uninterrupted torchrun run, the reference."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """Two torchrun agents on one machine act as two nodes: they train together as one group of 2, and
 with an elastic range (--nnodes=1:2) the job goes on alone when one node disappears."""
+
 import pytest
 import torch
 from torch.testing import assert_close
@@ -17,8 +18,10 @@ def flat(state: dict) -> torch.Tensor:
 
 def test_two_agents_train_together_like_one_node_with_two_processes(tmp_path, reference):
     path, endpoint = tmp_path / "snapshot.pt", f"127.0.0.1:{free_port()}"
-    runs = run_agents([agent_command("2", 1, endpoint, "two-nodes", snapshot_args(path))
-                       for _ in range(2)], timeout=TIMEOUT)
+    runs = run_agents(
+        [agent_command("2", 1, endpoint, "two-nodes", snapshot_args(path)) for _ in range(2)],
+        timeout=TIMEOUT,
+    )
     for run in runs:
         run.check()
     printed = [run for run in runs if "attempt 0: 2 processes" in run.stdout]
@@ -29,12 +32,16 @@ def test_two_agents_train_together_like_one_node_with_two_processes(tmp_path, re
 
 def test_when_a_node_leaves_an_elastic_job_resumes_with_fewer_processes(tmp_path, reference):
     path, endpoint = tmp_path / "snapshot.pt", f"127.0.0.1:{free_port()}"
-    commands = [agent_command("1:2", 1, endpoint, "elastic", snapshot_args(path), max_restarts=1)
-                for _ in range(2)]
+    commands = [
+        agent_command("1:2", 1, endpoint, "elastic", snapshot_args(path), max_restarts=1)
+        for _ in range(2)
+    ]
     survivor, gone = run_agents(commands, timeout=TIMEOUT, kill={1: "node:30"})
     survivor.check()
     assert gone.returncode == -9 and "killing its agent and itself after step 30" in gone.stdout
-    assert "attempt 1: 1 processes, resumed from step 20 (epoch 1, position 1280)" in survivor.stdout
+    assert (
+        "attempt 1: 1 processes, resumed from step 20 (epoch 1, position 1280)" in survivor.stdout
+    )
     assert_no_process_left(str(path))
     # the same global batches, re-sharded over one process: the same math, summed in another order,
     # so the parameters differ by rounding, which 100 steps of training amplify a little
@@ -44,9 +51,16 @@ def test_when_a_node_leaves_an_elastic_job_resumes_with_fewer_processes(tmp_path
 
 def test_commands_and_a_timeout_that_stops_every_agent(tmp_path):
     command = agent_command("1:2", 2, "host:29400", "job", ["--snapshot", "s.pt"], max_restarts=3)
-    assert command[:8] == ["torchrun", "--nnodes=1:2", "--nproc-per-node=2", "--max-restarts=3",
-                           "--rdzv-backend=c10d", "--rdzv-endpoint=host:29400", "--rdzv-id=job",
-                           command[7]] and command[8:] == ["-m", "companion.elastic", "--snapshot", "s.pt"]
+    assert command[:8] == [
+        "torchrun",
+        "--nnodes=1:2",
+        "--nproc-per-node=2",
+        "--max-restarts=3",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=host:29400",
+        "--rdzv-id=job",
+        command[7],
+    ] and command[8:] == ["-m", "companion.elastic", "--snapshot", "s.pt"]
     path = tmp_path / "never.pt"  # the second node never comes: the first waits at the rendezvous
     one = agent_command("2", 1, f"127.0.0.1:{free_port()}", "alone", snapshot_args(path))
     with pytest.raises(TimeoutError, match="1 agents did not finish within 3 s") as err:

@@ -1,12 +1,20 @@
 """python -m companion.elastic: chapter 5's options plus snapshots; bad options say what to do."""
+
 import pytest
 
 from companion.elastic import build_parser, main
 
 pytestmark = pytest.mark.ch8
 
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                 "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT")
+TORCHRUN_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RESTART_COUNT",
+)
 
 
 @pytest.fixture
@@ -15,15 +23,18 @@ def no_torchrun(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-@pytest.mark.parametrize("argv, message", [
-    ([], "the following arguments are required: --snapshot"),
-    (["--snapshot", "s.pt", "--snapshot-every", "0"], "must be a positive, finite int"),
-    (["--snapshot", "s.pt", "--momentum", "1"], "--momentum in [0, 1)"),
-    (["--snapshot", "s.pt", "--warmup-steps", "-1"], "--warmup-steps must be >= 0"),
-    (["--snapshot", "s.pt", "--model", "vgg"], "unknown model 'vgg'"),
-    (["--snapshot", "s.pt", "--scale-lr"], "unrecognized arguments: --scale-lr"),
-    (["--snapshot", "s.pt"], "start this with torchrun"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ([], "the following arguments are required: --snapshot"),
+        (["--snapshot", "s.pt", "--snapshot-every", "0"], "must be a positive, finite int"),
+        (["--snapshot", "s.pt", "--momentum", "1"], "--momentum in [0, 1)"),
+        (["--snapshot", "s.pt", "--warmup-steps", "-1"], "--warmup-steps must be >= 0"),
+        (["--snapshot", "s.pt", "--model", "vgg"], "unknown model 'vgg'"),
+        (["--snapshot", "s.pt", "--scale-lr"], "unrecognized arguments: --scale-lr"),
+        (["--snapshot", "s.pt"], "start this with torchrun"),
+    ],
+)
 def test_bad_options_exit_with_a_clear_message(no_torchrun, capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
@@ -38,7 +49,18 @@ def test_a_directory_is_not_a_snapshot_file(no_torchrun, capsys, tmp_path):
 
 def test_help_names_the_torchrun_command_and_keeps_chapter_5s_options():
     text = build_parser().format_help()
-    assert text.startswith("usage: torchrun --nproc-per-node=N --max-restarts=K -m companion.elastic")
-    for option in ("--epochs", "--global-batch", "--lr", "--seed", "--snapshot", "--snapshot-every",
-                   "--warmup-steps", "--log-dir", "--records"):
+    assert text.startswith(
+        "usage: torchrun --nproc-per-node=N --max-restarts=K -m companion.elastic"
+    )
+    for option in (
+        "--epochs",
+        "--global-batch",
+        "--lr",
+        "--seed",
+        "--snapshot",
+        "--snapshot-every",
+        "--warmup-steps",
+        "--log-dir",
+        "--records",
+    ):
         assert option in text

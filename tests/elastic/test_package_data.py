@@ -8,6 +8,7 @@ fresh venv that sees this environment's packages (torch, yaml) behind its own, a
 started outside the checkout reads every launch file through ``LAUNCH_DIR`` and runs the checks,
 which take the version and the torch floor from the installed package's metadata.
 """
+
 import json
 import os
 import shlex
@@ -77,8 +78,21 @@ def wheel(tmp_path_factory) -> Path:
         ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
     )
     out = tmp_path_factory.mktemp("wheel")
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", out, source], cwd=source)
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            out,
+            source,
+        ],
+        cwd=source,
+    )
     [built] = out.glob("companion-*.whl")
     return built
 
@@ -89,8 +103,9 @@ def venv(tmp_path_factory, wheel) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("venv")
     run([sys.executable, "-m", "venv", "--without-pip", root])
     python = root / "bin" / "python"
-    purelib = Path(run([python, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"])
-                   .strip())
+    purelib = Path(
+        run([python, "-I", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).strip()
+    )
     run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps", "-q", wheel])
     # Written after the installation, so that pip saw only the venv. A .pth's folders go to the
     # end of sys.path, after the venv's site-packages: the wheel's companion comes first.
@@ -105,13 +120,14 @@ def test_the_wheel_holds_every_launch_file(wheel):
     assert not missing, f"not in the wheel: {missing}: list them in pyproject.toml's package-data"
 
 
-def test_the_installed_wheel_reads_and_checks_its_launch_files_outside_the_checkout(venv,
-                                                                                     tmp_path):
+def test_the_installed_wheel_reads_and_checks_its_launch_files_outside_the_checkout(venv, tmp_path):
     python, purelib = venv
-    found = json.loads(run([python, "-I", "-c", READ_AND_CHECK, json.dumps(LAUNCH_FILES)],
-                           cwd=tmp_path))
+    found = json.loads(
+        run([python, "-I", "-c", READ_AND_CHECK, json.dumps(LAUNCH_FILES)], cwd=tmp_path)
+    )
     assert Path(found["companion"]).is_relative_to(purelib), (
-        f"companion came from {found['companion']}, not from the wheel in {purelib}")
+        f"companion came from {found['companion']}, not from the wheel in {purelib}"
+    )
     assert Path(found["launch dir"]) == purelib / "companion" / "elastic" / "launch"
     assert found["texts"] == {f: (LAUNCH / f).read_text() for f in LAUNCH_FILES}
     # The same verdicts as the checkout's files give here.
@@ -122,15 +138,20 @@ def test_the_installed_wheel_reads_and_checks_its_launch_files_outside_the_check
 
 
 def test_the_wheel_ships_the_committed_gpu_measurements_and_reads_them_outside_the_checkout(
-        wheel, venv, tmp_path):
+    wheel, venv, tmp_path
+):
     """Chapters 1 and 7 show them in Colab too, where only the wheel is installed."""
     results = ROOT / "companion" / "bench" / "results"
     names = set(zipfile.ZipFile(wheel).namelist())
-    missing = [p.name for p in results.iterdir() if f"companion/bench/results/{p.name}" not in names]
+    missing = [
+        p.name for p in results.iterdir() if f"companion/bench/results/{p.name}" not in names
+    ]
     assert not missing, f"not in the wheel: {missing}: list them in pyproject.toml's package-data"
     python, purelib = venv
-    code = ("import json; from companion.bench.record import RESULTS, committed; "
-            "seen, study = committed(); print(json.dumps([str(RESULTS), seen['hardware'], len(study)]))")
+    code = (
+        "import json; from companion.bench.record import RESULTS, committed; "
+        "seen, study = committed(); print(json.dumps([str(RESULTS), seen['hardware'], len(study)]))"
+    )
     where, hardware, n = json.loads(run([python, "-I", "-c", code], cwd=tmp_path))
     assert Path(where) == purelib / "companion" / "bench" / "results"
     assert hardware == json.loads((results / "h200-record.json").read_text())["hardware"] and n > 0

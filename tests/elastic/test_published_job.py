@@ -1,5 +1,6 @@
 """Seed 003's mistakes, each reproduced and fixed: a softmax before the loss, lr times the world size
 without warm-up, a download without a barrier, a TensorBoard directory deleted on restart."""
+
 import math
 
 import pytest

@@ -1,4 +1,5 @@
 """Which attempt a worker is in, and joining without torchrun says how to start it."""
+
 import pytest
 
 from companion.elastic import attempt, join_elastic
@@ -14,8 +15,14 @@ def test_the_attempt_is_torchruns_restart_count(monkeypatch):
 
 
 def test_without_torchrun_it_says_how_to_start(monkeypatch):
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-                 "TORCHELASTIC_RESTART_COUNT"):
+    for name in (
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCHELASTIC_RESTART_COUNT",
+    ):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(RuntimeError, match="start this with torchrun"):
         join_elastic()

@@ -1,5 +1,6 @@
 """Resuming mid-epoch: the same samples as an uninterrupted run, and, with another world size,
 the same global batches split differently."""
+
 import pytest
 from torch.utils.data.distributed import DistributedSampler
 
@@ -13,8 +14,10 @@ DATA = range(203)  # not a multiple of any world size below: DistributedSampler 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_from_the_start_it_is_a_distributed_sampler(world_size):
     for rank in range(world_size):
-        ours, theirs = ResumableSampler(DATA, world_size, rank, seed=5), DistributedSampler(
-            DATA, world_size, rank, seed=5)
+        ours, theirs = (
+            ResumableSampler(DATA, world_size, rank, seed=5),
+            DistributedSampler(DATA, world_size, rank, seed=5),
+        )
         ours.set_epoch(3)
         theirs.set_epoch(3)
         assert list(ours) == list(theirs) and len(ours) == len(theirs)

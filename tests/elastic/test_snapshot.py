@@ -1,5 +1,6 @@
 """A snapshot holds everything a resume needs, is written atomically (a writer killed mid-save
 leaves the previous one loadable), and refuses what does not belong to the run."""
+
 import os
 import random
 import subprocess
@@ -25,8 +26,15 @@ from companion.runtime import save_checkpoint
 
 pytestmark = pytest.mark.ch8
 
-CONFIG = {"model": "lenet", "global_batch": 64, "lr": 0.1, "seed": 0, "world_size": 2,
-          "per_rank_batch": 32, "epochs": 2}
+CONFIG = {
+    "model": "lenet",
+    "global_batch": 64,
+    "lr": 0.1,
+    "seed": 0,
+    "world_size": 2,
+    "per_rank_batch": 32,
+    "epochs": 2,
+}
 
 
 def trained(steps: int = 3, seed: int = 0):
@@ -45,8 +53,10 @@ def trained(steps: int = 3, seed: int = 0):
 def test_a_saved_snapshot_restores_model_optimizer_schedule_position_and_random_numbers(tmp_path):
     net, optimizer, scheduler = trained()
     random.seed(7)
-    save_snapshot(make_snapshot(net, optimizer, scheduler, epoch=1, position=640, step=3,
-                                config=CONFIG), tmp_path / "s.pt")
+    save_snapshot(
+        make_snapshot(net, optimizer, scheduler, epoch=1, position=640, step=3, config=CONFIG),
+        tmp_path / "s.pt",
+    )
     expected = (random.random(), torch.rand(3))
     net2, optimizer2, scheduler2 = trained(steps=0, seed=1)
     where = restore(load_snapshot(tmp_path / "s.pt"), net2, optimizer2, scheduler2)
@@ -111,8 +121,11 @@ save_snapshot({"format": 1, "step": 2, "model": {"w": torch.ones(1000)}}, sys.ar
 def test_a_writer_killed_during_a_save_leaves_the_previous_snapshot_loadable(tmp_path):
     path = tmp_path / "s.pt"
     save_snapshot({"format": 1, "step": 1, "model": {"w": torch.zeros(1000)}}, path)
-    died = subprocess.run([sys.executable, "-c", textwrap.dedent(WRITER), str(path),
-                           str(tmp_path / "half-written")], env={**os.environ}, timeout=120)
+    died = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(WRITER), str(path), str(tmp_path / "half-written")],
+        env={**os.environ},
+        timeout=120,
+    )
     assert died.returncode == -9 and (tmp_path / "half-written").exists()
     leftovers = list(tmp_path.glob(".s.pt.*.tmp"))
     assert len(leftovers) == 1 and leftovers[0].stat().st_size > 0  # the half-written file

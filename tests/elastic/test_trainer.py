@@ -1,6 +1,7 @@
 """Kill and resume under torchrun: a worker killed mid-epoch, the group restarted, training resumed
 from the last snapshot to the very parameters of an uninterrupted run; and, in one process, what a
 resume restores and which snapshots it refuses."""
+
 import logging
 import re
 
@@ -38,8 +39,9 @@ def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_parameters(tmp_p
     path = tmp_path / "snapshot.pt"
     logs = tmp_path / "logs"
     argv = [*snapshot_args(path), "--log-dir", str(logs)]
-    [run] = run_agents([standalone_command(2, argv, max_restarts=1)], timeout=TIMEOUT,
-                       kill={0: "1:30"})
+    [run] = run_agents(
+        [standalone_command(2, argv, max_restarts=1)], timeout=TIMEOUT, kill={0: "1:30"}
+    )
     run.check()
     lines = [line for line in run.stdout.splitlines() if not line.startswith("step ")]
     assert "rank 1: killed with SIGKILL after step 30" in lines

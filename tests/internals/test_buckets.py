@@ -1,13 +1,13 @@
 """Step 3, buckets: equal one process on the global batch (1, 2, 4 ranks, even and uneven
 shares, two bucket sizes) on a model with tied, frozen and unused parameters and a buffer; match
 torch's DDP; no_sync makes one all-reduce per bucket per k micro-batches; bucket assignment."""
+
 import pytest
 import torch
 
 from companion.internals import assign_buckets
 
-from .workers import (MICRO, STEPS, assert_replicas_equal_reference, assert_same, quirky,
-                      reference)
+from .workers import MICRO, STEPS, assert_replicas_equal_reference, assert_same, quirky, reference
 
 pytestmark = pytest.mark.ch6
 
@@ -58,8 +58,14 @@ def test_bucket_assignment_reverses_the_order_and_closes_a_bucket_at_the_cap(dev
     def zeros(*shape, dtype=torch.float32):
         return torch.zeros(*shape, dtype=dtype, device=device)
 
-    params = [zeros(mib // 2), zeros(mib // 4), zeros(3 * mib),
-              zeros(mib // 2), zeros(mib // 2), zeros(mib // 4)]
+    params = [
+        zeros(mib // 2),
+        zeros(mib // 4),
+        zeros(3 * mib),
+        zeros(mib // 2),
+        zeros(mib // 2),
+        zeros(mib // 4),
+    ]
     assert assign_buckets(params, 1.0) == [[5, 4, 3], [2], [1, 0]]  # closed once >= 1 MiB
     assert assign_buckets(params, 100.0) == [[5, 4, 3, 2, 1, 0]]
     assert assign_buckets(params, 0.1) == [[5], [4], [3], [2], [1], [0]]

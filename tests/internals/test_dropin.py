@@ -2,11 +2,11 @@
 torch's DDP and under each wrapper on the same script, at world sizes 1, 2 and 4; the wrappers
 leave torch's gradients, or refuse where torch refuses (or, without find_unused_parameters,
 name the unused parameter)."""
-import pytest
-import torch
 
-from companion.internals.dropin_cases import CASES
+import pytest
+
 from companion.internals.dropin import LIFETIME, WRAPPERS, dropin_table, dropin_worker, same_result
+from companion.internals.dropin_cases import CASES
 from companion.runtime import launch
 
 pytestmark = pytest.mark.ch6
@@ -22,7 +22,9 @@ def dropin():
 @pytest.mark.parametrize("world_size", [1, 2, 4])
 @pytest.mark.parametrize("variant", WRAPPERS[1:])
 @pytest.mark.parametrize("case", [*CASES, *LIFETIME])
-def test_each_wrapper_leaves_torch_s_gradients_or_refuses_as_torch_does(dropin, world_size, variant, case):
+def test_each_wrapper_leaves_torch_s_gradients_or_refuses_as_torch_does(
+    dropin, world_size, variant, case
+):
     for results in dropin[world_size]:
         got, want = results[case, variant], results[case, "torch DDP"]
         if case in FIND_UNUSED and variant != "BucketedDDP":
@@ -59,6 +61,9 @@ def test_the_chapter_s_table_reads_the_same_results(dropin):
     assert len(rows) == len(CASES) + len(LIFETIME)
     assert not [row for row in rows if "DIFFERENT gradients" in row]
     counts = {cell for row in rows for cell in row[2:]}
-    assert counts <= {"same gradients", "refuses, as torch",
-                      "refuses: names the unused parameter (no find_unused_parameters)"}
+    assert counts <= {
+        "same gradients",
+        "refuses, as torch",
+        "refuses: names the unused parameter (no find_unused_parameters)",
+    }
     assert all(cell == "same gradients" for row in rows for cell in row[4:] if row[1] == "runs")

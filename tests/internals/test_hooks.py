@@ -1,5 +1,6 @@
 """Step 2, one hook and async all-reduce per parameter: equals one process on the global batch
 and torch's DDP; one all-reduce per tensor per (accumulated) step; unused parameters named."""
+
 import pytest
 
 from companion.internals import trainable_parameters
@@ -28,4 +29,3 @@ def test_hooks_launch_one_allreduce_per_tensor_per_step_with_no_sync(runs):
     tensors = len(trainable_parameters(quirky(False)))
     for out in runs[1][2]:
         assert out["accumulation"]["HookedDDP", True][1] == STEPS * tensors
-

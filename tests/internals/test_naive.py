@@ -1,13 +1,20 @@
 """Step 1, all-reduce after backward: equals one process on the global batch (1, 2, 4 ranks,
 even and uneven shares); frozen and tied parameters; no_sync; a clear error without a group."""
+
 import pytest
 import torch
 import torch.distributed as dist
 
-from companion.internals import BucketedDDP, HookedDDP, NaiveDDP, can_finish_in_backward, trainable_parameters
+from companion.internals import (
+    BucketedDDP,
+    HookedDDP,
+    NaiveDDP,
+    can_finish_in_backward,
+    trainable_parameters,
+)
 from companion.runtime import unwrap
 
-from .workers import STEPS, MICRO, assert_replicas_equal_reference, assert_same, quirky, reference
+from .workers import MICRO, STEPS, assert_replicas_equal_reference, assert_same, quirky, reference
 
 pytestmark = pytest.mark.ch6
 
@@ -16,7 +23,9 @@ pytestmark = pytest.mark.ch6
 @pytest.mark.parametrize("uneven", [False, True])
 def test_naive_equals_one_process_on_the_global_batch(runs, world_size, uneven):
     batches, results = runs
-    assert_replicas_equal_reference(results[world_size], ("NaiveDDP", uneven), reference(batches, unused=False))
+    assert_replicas_equal_reference(
+        results[world_size], ("NaiveDDP", uneven), reference(batches, unused=False)
+    )
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 4])
@@ -31,7 +40,9 @@ def test_the_explicit_finish_fallback_trains_the_same(runs, world_size, uneven, 
 
 @pytest.mark.parametrize("variant", ["NaiveDDP", "HookedDDP", "BucketedDDP"])
 @pytest.mark.parametrize("explicit", [False, True])
-def test_an_unused_parameter_is_named_at_the_next_forward_or_in_an_explicit_finish(runs, variant, explicit):
+def test_an_unused_parameter_is_named_at_the_next_forward_or_in_an_explicit_finish(
+    runs, variant, explicit
+):
     """As torch's DDP: the step cannot complete, and the next forward pass says why."""
     for out in runs[1][2]:
         message = out["errors"][variant, explicit]
@@ -61,13 +72,22 @@ def test_accumulation_step_drives_the_explicit_finish_fallback(runs, world_size,
     """Issue 42 item 7: with finish_in_backward=False, accumulation_step calls finish()."""
     batches, results = runs
     for out in results[world_size]:
-        assert_same(out["accumulation"][variant, no_sync, "explicit"], reference(batches, unused=False)[1])
+        assert_same(
+            out["accumulation"][variant, no_sync, "explicit"], reference(batches, unused=False)[1]
+        )
 
 
 def test_trainable_parameters_leave_out_frozen_ones_and_count_tied_ones_once():
     names = [name for name, _ in trainable_parameters(quirky())]
-    assert names == ["unused", "embed.weight", "embed.bias", "body.weight", "body.bias",
-                     "out.weight", "out.bias"]  # no frozen.*, no head.weight (it is body.weight)
+    assert names == [
+        "unused",
+        "embed.weight",
+        "embed.bias",
+        "body.weight",
+        "body.bias",
+        "out.weight",
+        "out.bias",
+    ]  # no frozen.*, no head.weight (it is body.weight)
 
 
 def test_wrapping_without_a_process_group_says_how_to_get_one():
@@ -121,9 +141,16 @@ def test_a_dict_batch_with_weigh_by_samples_and_a_skipped_finish_are_refused():
 
     for seen in launch(misuse, 2, backend="gloo", timeout=180):
         for name in ("NaiveDDP", "HookedDDP", "BucketedDDP"):
-            assert seen[name, "dict"].startswith("weigh_by_samples counts the samples of forward's first argument")
-            assert "got dict: pass the input tensor first, or weigh_by_samples=False" in seen[name, "dict"]
-            assert seen[name, "finish", True].startswith(f"{name}: a forward pass began a new step before finish()")
+            assert seen[name, "dict"].startswith(
+                "weigh_by_samples counts the samples of forward's first argument"
+            )
+            assert (
+                "got dict: pass the input tensor first, or weigh_by_samples=False"
+                in seen[name, "dict"]
+            )
+            assert seen[name, "finish", True].startswith(
+                f"{name}: a forward pass began a new step before finish()"
+            )
             assert seen[name, "finish", False] == "accepted"  # backward's end called finish()
 
 

@@ -1,4 +1,5 @@
 """The bucket-size model: bucket sizes of a real model, the predicted step, the best cap."""
+
 import pytest
 import torch
 
@@ -39,6 +40,7 @@ def test_the_best_cap_is_the_smallest_prediction():
     net = mlp(width=256, depth=8)
     best, predicted = best_bucket_cap(net, [0.01, 0.3, 1.0, 100.0], 0.02, ALPHA, BETA, 2)
     assert predicted[best] == min(predicted.values()) and set(predicted) == {0.01, 0.3, 1.0, 100.0}
-    fig = plot_sweep(list(predicted), {"BucketedDDP": list(predicted.values())},
-                     list(predicted.values()))
+    fig = plot_sweep(
+        list(predicted), {"BucketedDDP": list(predicted.values())}, list(predicted.values())
+    )
     assert fig.axes[0].get_xscale() == "log"

@@ -1,5 +1,6 @@
 """The model that needs care, wrapped in each step: tied once, frozen never, unused named or
 handled like find_unused_parameters."""
+
 import pytest
 import torch
 
@@ -16,8 +17,15 @@ def test_care_worker_reports_buckets_missing_gradients_and_errors():
         assert "parameter(s) unused got no gradient" in seen[variant]["error"]
     handled = seen["BucketedDDP (find_unused_parameters)"]
     names = [n for bucket in handled["buckets"] for n in bucket]
-    assert names == ["out.bias", "out.weight", "body.bias", "body.weight", "embed.bias",
-                     "embed.weight", "unused"]  # reverse order, frozen out, tied once
+    assert names == [
+        "out.bias",
+        "out.weight",
+        "body.bias",
+        "body.weight",
+        "embed.bias",
+        "embed.weight",
+        "unused",
+    ]  # reverse order, frozen out, tied once
     assert handled["no gradient"] == ["unused", "frozen.weight", "frozen.bias"]
     assert handled["all-reduces"] == len(handled["buckets"])
     assert TiedFrozenUnused(unused=False)(X).shape == (8, 10)

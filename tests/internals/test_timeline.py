@@ -1,5 +1,6 @@
 """The recorded timeline of one step: phases in order, one all-reduce per bucket (or one
 average_gradients call after backward), overlap accounting, and the picture."""
+
 import matplotlib
 import pytest
 
@@ -14,12 +15,16 @@ pytestmark = pytest.mark.ch6
 def test_the_timeline_holds_every_phase_gradient_and_allreduce():
     timelines = {}
     for variant, cap in (("NaiveDDP", 25.0), ("HookedDDP", 25.0), ("BucketedDDP", 0.05)):
-        timelines[variant] = launch(record_step, 2, variant, "lenet", 8, cap, 1, backend="gloo",
-                                    timeout=120)[0]
+        timelines[variant] = launch(
+            record_step, 2, variant, "lenet", 8, cap, 1, backend="gloo", timeout=120
+        )[0]
     for variant, events in timelines.items():
         labels = [label for label, _, _ in events]
-        phases = {label: (s, e) for label, s, e in events
-                  if label in ("forward", "backward", "finish", "optimizer")}
+        phases = {
+            label: (s, e)
+            for label, s, e in events
+            if label in ("forward", "backward", "finish", "optimizer")
+        }
         starts = [phases[p] for p in ("forward", "backward", "finish", "optimizer")]
         assert all(a[1] <= b[0] for a, b in zip(starts, starts[1:]))  # one after another
         ready = [label for label in labels if label.endswith(" ready")]

@@ -1,6 +1,7 @@
 """Whole epochs with each variant (and with accumulation) equal chapter 5's single-process
 reference on DDP's global batches, in float64 whatever the one process's threads, and torch's
 DDP bit for bit; records; all-reduce counts."""
+
 import pytest
 import torch
 
@@ -28,23 +29,46 @@ RUNS = [
 @pytest.fixture(scope="module")
 def small() -> Data:
     data = load_data("mnist-sample", verbose=False)
-    return Data("small", ImageSet(data.train.images[:601], data.train.labels[:601]),
-                ImageSet(data.test.images[:203], data.test.labels[:203]), data.classes)
+    return Data(
+        "small",
+        ImageSet(data.train.images[:601], data.train.labels[:601]),
+        ImageSet(data.test.images[:203], data.test.labels[:203]),
+        data.classes,
+    )
 
 
 def test_every_variant_trains_like_one_process_on_the_global_batches(small):
-    common = {"model": "lenet", "global_batch": GLOBAL_BATCH, "lr": LR, "epochs": 2, "max_steps": STEPS,
-              "precision": "fp64"}
-    results = launch(train_several, 2, small, [{**common, **run} for run in RUNS], backend="gloo",
-                     timeout=300)
-    expected = train_reference_ddp(2, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=STEPS,
-                                   model="lenet", precision="fp64")
+    common = {
+        "model": "lenet",
+        "global_batch": GLOBAL_BATCH,
+        "lr": LR,
+        "epochs": 2,
+        "max_steps": STEPS,
+        "precision": "fp64",
+    }
+    results = launch(
+        train_several, 2, small, [{**common, **run} for run in RUNS], backend="gloo", timeout=300
+    )
+    expected = train_reference_ddp(
+        2,
+        small,
+        "ci",
+        global_batch=GLOBAL_BATCH,
+        lr=LR,
+        steps=STEPS,
+        model="lenet",
+        precision="fp64",
+    )
     for i, run in enumerate(RUNS):
         for rank in (0, 1):
-            torch.testing.assert_close(results[rank][i].params, expected, msg=lambda m, run=run: f"{run}: {m}")
+            torch.testing.assert_close(
+                results[rank][i].params, expected, msg=lambda m, run=run: f"{run}: {m}"
+            )
         records = results[0][i].records
         assert [(r.method, r.n_devices, r.epoch, r.precision) for r in records] == [
-            (run["variant"], 2, 1, "fp64"), (run["variant"], 2, 2, "fp64")]
+            (run["variant"], 2, 1, "fp64"),
+            (run["variant"], 2, 2, "fp64"),
+        ]
         assert all(0 <= r.test_acc <= 1 and r.sec_per_epoch > 0 for r in records)
         assert results[1][i].records == []
     tensors = 10  # LeNet's parameter tensors
@@ -59,9 +83,17 @@ def test_mixed_precision_buckets_train_within_the_stated_tolerance_of_fp32(small
     """Chapter 1's precision switch in the rebuilt DDP: bf16, and fp16 whose scaled gradients the
     buckets average before the scaler unscales them. Same tolerance as chapter 1's test: 0.05 in
     mean training loss."""
-    common = {"variant": "BucketedDDP", "bucket_cap_mb": 0.05, "model": "lenet",
-              "global_batch": GLOBAL_BATCH, "lr": LR, "epochs": 2}
-    runs = [{**common, "precision": p, "channels_last": p != "fp32"} for p in ("fp32", "bf16", "fp16")]
+    common = {
+        "variant": "BucketedDDP",
+        "bucket_cap_mb": 0.05,
+        "model": "lenet",
+        "global_batch": GLOBAL_BATCH,
+        "lr": LR,
+        "epochs": 2,
+    }
+    runs = [
+        {**common, "precision": p, "channels_last": p != "fp32"} for p in ("fp32", "bf16", "fp16")
+    ]
     results = launch(train_several, 2, small, runs, backend="gloo", timeout=300)
     fp32, *mixed = results[0]
     assert fp32.records[-1].precision == "fp32"
@@ -76,11 +108,25 @@ def test_chapter_5s_loop_drives_each_rebuilt_ddp_as_it_drives_torch_s(small):
     """Drop-ins: no finish() call anywhere in chapter 5's loop, and each wrapper ends where torch's
     DDP and the one-process reference end."""
     variants = ["NaiveDDP", "HookedDDP", "BucketedDDP", "torch DDP"]
-    options = {"model": "lenet", "global_batch": GLOBAL_BATCH, "lr": LR, "epochs": 2, "max_steps": STEPS,
-               "precision": "fp64"}
+    options = {
+        "model": "lenet",
+        "global_batch": GLOBAL_BATCH,
+        "lr": LR,
+        "epochs": 2,
+        "max_steps": STEPS,
+        "precision": "fp64",
+    }
     results = launch(chapter5_loop, 2, small, variants, **options, backend="gloo", timeout=300)
-    expected = train_reference_ddp(2, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=STEPS,
-                                   model="lenet", precision="fp64")
+    expected = train_reference_ddp(
+        2,
+        small,
+        "ci",
+        global_batch=GLOBAL_BATCH,
+        lr=LR,
+        steps=STEPS,
+        model="lenet",
+        precision="fp64",
+    )
     torch_ddp = results[0][-1][0]
     for rank in (0, 1):
         for variant, (params, methods) in zip(variants, results[rank]):
@@ -107,18 +153,37 @@ def test_in_float64_the_checks_verdicts_do_not_depend_on_the_one_process_s_threa
     same way bit for bit, and the one-process reference computed at 1, 2 and 4 threads with
     assert_close's float64 tolerances, with and without no_sync."""
     data = load_data("mnist-sample", verbose=False)
-    part = Data("the first 1,000", ImageSet(data.train.images[:1000], data.train.labels[:1000]),
-                data.test, data.classes)
+    part = Data(
+        "the first 1,000",
+        ImageSet(data.train.images[:1000], data.train.labels[:1000]),
+        data.test,
+        data.classes,
+    )
     batch = 128
     steps = len(part.train) // batch + 5
     runs = {}
     for variant, options in CHECKS:
         runs[variant, tuple(options.items())] = launch(
-            internals_worker, 2, part, "ci", variant=variant, model="lenet", global_batch=batch,
-            lr=LR, max_steps=steps, precision="fp64", channels_last=False, backend="gloo",
-            timeout=180, **options)
-    references = at_each_thread_count(lambda: train_reference_ddp(
-        2, part, "ci", model="lenet", global_batch=batch, lr=LR, steps=steps, precision="fp64"))
+            internals_worker,
+            2,
+            part,
+            "ci",
+            variant=variant,
+            model="lenet",
+            global_batch=batch,
+            lr=LR,
+            max_steps=steps,
+            precision="fp64",
+            channels_last=False,
+            backend="gloo",
+            timeout=180,
+            **options,
+        )
+    references = at_each_thread_count(
+        lambda: train_reference_ddp(
+            2, part, "ci", model="lenet", global_batch=batch, lr=LR, steps=steps, precision="fp64"
+        )
+    )
     for (variant, options), results in runs.items():
         stepping = tuple((k, v) for k, v in options if k != "bucket_cap_mb")
         torch_ddp = runs["torch DDP", stepping][0].params
@@ -126,8 +191,13 @@ def test_in_float64_the_checks_verdicts_do_not_depend_on_the_one_process_s_threa
             assert result.params.dtype == torch.float64
             torch.testing.assert_close(result.params, torch_ddp, rtol=0, atol=0)  # bit for bit
             for threads, expected in references.items():
-                torch.testing.assert_close(result.params, expected, msg=lambda m, t=threads: (
-                    f"{variant}{dict(options)}, rank {rank}, one process at {t} thread(s): {m}"))
+                torch.testing.assert_close(
+                    result.params,
+                    expected,
+                    msg=lambda m, t=threads: (
+                        f"{variant}{dict(options)}, rank {rank}, one process at {t} thread(s): {m}"
+                    ),
+                )
 
 
 @pytest.mark.parametrize("world_size", [1, 2])
@@ -136,8 +206,14 @@ def test_find_unused_parameters_reaches_the_wrapper(small, world_size):
     UnusedParameters; now BucketedDDP trains as torch's DDP does (bit for bit, fp64)."""
     from .workers import unused_through_train_internals
 
-    got = launch(unused_through_train_internals, world_size, small, ("BucketedDDP", "torch DDP"),
-                 backend="gloo", timeout=300)
+    got = launch(
+        unused_through_train_internals,
+        world_size,
+        small,
+        ("BucketedDDP", "torch DDP"),
+        backend="gloo",
+        timeout=300,
+    )
     for rank in got:
         torch.testing.assert_close(rank["BucketedDDP"], rank["torch DDP"], rtol=0, atol=0)
         assert rank["BucketedDDP"].dtype == torch.float64
@@ -148,5 +224,7 @@ def test_find_unused_parameters_with_a_variant_that_cannot_is_refused(variant):
     from companion.ddp import DDPConfig
     from companion.internals.training import _unused
 
-    with pytest.raises(ValueError, match=rf"needs variant 'BucketedDDP' or 'torch DDP', got '{variant}'"):
+    with pytest.raises(
+        ValueError, match=rf"needs variant 'BucketedDDP' or 'torch DDP', got '{variant}'"
+    ):
         _unused(variant, DDPConfig("ci", find_unused_parameters=True).resolve(2))

@@ -1,6 +1,7 @@
 """Workers for the chapter-6 tests (importable by the launcher's fork server as
 ``tests.internals.workers``): one worker that trains the chapter's model with tied, frozen
 and unused parameters and a buffer with every variant, evenly and unevenly split."""
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -37,7 +38,9 @@ def shares(n: int, world_size: int, uneven: bool) -> list[int]:
     return sizes
 
 
-def train_variant(rank, world_size, variant, batches, uneven, unused=True, explicit=False, **options):
+def train_variant(
+    rank, world_size, variant, batches, uneven, unused=True, explicit=False, **options
+):
     """Steps on this rank's share of each global batch: (first step's grads, final params).
 
     ``explicit``: the wrappers' fallback, ``finish_in_backward=False`` and ``net.finish()``
@@ -50,7 +53,7 @@ def train_variant(rank, world_size, variant, batches, uneven, unused=True, expli
     for X, y in batches:
         sizes = shares(len(y), world_size, uneven)
         start = sum(sizes[:rank])
-        X, y = X[start:start + sizes[rank]], y[start:start + sizes[rank]]
+        X, y = X[start : start + sizes[rank]], y[start : start + sizes[rank]]
         opt.zero_grad(set_to_none=True)
         F.cross_entropy(net(X), y).backward()  # driven exactly as torch's DDP: no finish() call
         if explicit:
@@ -66,19 +69,39 @@ def every_variant(rank, world_size, batches, micro_batches):
     out = {}
     for uneven in (False, True):
         weigh = {"weigh_by_samples": uneven}
-        out["NaiveDDP", uneven] = train_variant(rank, world_size, "NaiveDDP", batches, uneven, False, **weigh)
-        out["HookedDDP", uneven] = train_variant(rank, world_size, "HookedDDP", batches, uneven, False, **weigh)
+        out["NaiveDDP", uneven] = train_variant(
+            rank, world_size, "NaiveDDP", batches, uneven, False, **weigh
+        )
+        out["HookedDDP", uneven] = train_variant(
+            rank, world_size, "HookedDDP", batches, uneven, False, **weigh
+        )
         for cap in (25.0, 0.001):
             out["BucketedDDP", cap, uneven] = train_variant(
-                rank, world_size, "BucketedDDP", batches, uneven, bucket_cap_mb=cap,
-                find_unused_parameters=True, **weigh)
+                rank,
+                world_size,
+                "BucketedDDP",
+                batches,
+                uneven,
+                bucket_cap_mb=cap,
+                find_unused_parameters=True,
+                **weigh,
+            )
         for variant in ("NaiveDDP", "HookedDDP", "BucketedDDP"):
             out[variant, "explicit", uneven] = train_variant(
-                rank, world_size, variant, batches, uneven, variant == "BucketedDDP", explicit=True,
-                **weigh, **({"find_unused_parameters": True} if variant == "BucketedDDP" else {}))
+                rank,
+                world_size,
+                variant,
+                batches,
+                uneven,
+                variant == "BucketedDDP",
+                explicit=True,
+                **weigh,
+                **({"find_unused_parameters": True} if variant == "BucketedDDP" else {}),
+            )
     for unused in (True, False):
-        out["torch DDP", unused] = train_variant(rank, world_size, "torch DDP", batches, False, unused,
-                                                 find_unused_parameters=unused)
+        out["torch DDP", unused] = train_variant(
+            rank, world_size, "torch DDP", batches, False, unused, find_unused_parameters=unused
+        )
     out["errors"] = unused_errors(rank, world_size, batches[0])
     out["accumulation"] = accumulate(rank, world_size, batches, micro_batches)
     return out
@@ -104,13 +127,21 @@ def unused_errors(rank, world_size, batch):
 def accumulate(rank, world_size, batches, micro_batches):
     """Accumulation over micro-batches with and without no_sync: params and all-reduce counts."""
     out = {}
-    for variant, no_sync in (("BucketedDDP", True), ("BucketedDDP", False), ("HookedDDP", True),
-                             ("NaiveDDP", True), ("torch DDP", True)):
+    for variant, no_sync in (
+        ("BucketedDDP", True),
+        ("BucketedDDP", False),
+        ("HookedDDP", True),
+        ("NaiveDDP", True),
+        ("torch DDP", True),
+    ):
         net = wrap(quirky(False), variant, bucket_cap_mb=0.001)
         opt = torch.optim.SGD(net.parameters(), lr=LR)
         per_rank = len(batches[0][1]) // world_size
         for X, y in batches:
-            X, y = X[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
+            X, y = (
+                X[rank * per_rank : (rank + 1) * per_rank],
+                y[rank * per_rank : (rank + 1) * per_rank],
+            )
             accumulation_step(net, X, y, nn.CrossEntropyLoss(), opt, micro_batches, no_sync)
         buckets = len(net.buckets) if variant == "BucketedDDP" else None
         out[variant, no_sync] = (params_of(net), getattr(net, "allreduces", None), buckets)
@@ -120,7 +151,10 @@ def accumulate(rank, world_size, batches, micro_batches):
             opt = torch.optim.SGD(net.parameters(), lr=LR)
             per_rank = len(batches[0][1]) // world_size
             for X, y in batches:
-                X, y = X[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
+                X, y = (
+                    X[rank * per_rank : (rank + 1) * per_rank],
+                    y[rank * per_rank : (rank + 1) * per_rank],
+                )
                 accumulation_step(net, X, y, nn.CrossEntropyLoss(), opt, micro_batches, no_sync)
             out[variant, no_sync, "explicit"] = params_of(net)
     return out
@@ -128,10 +162,13 @@ def accumulate(rank, world_size, batches, micro_batches):
 
 # The single-process side of the comparisons (run in the test process).
 
+
 def global_batches():
     g = torch.Generator().manual_seed(1)
-    return [(torch.randn(GLOBAL, 1, 28, 28, generator=g), torch.randint(0, 10, (GLOBAL,), generator=g))
-            for _ in range(STEPS)]
+    return [
+        (torch.randn(GLOBAL, 1, 28, 28, generator=g), torch.randint(0, 10, (GLOBAL,), generator=g))
+        for _ in range(STEPS)
+    ]
 
 
 def reference(batches, unused=True):
@@ -208,6 +245,16 @@ def unused_through_train_internals(rank, world_size, data, variants):
     from companion.internals import train_internals
 
     models.MODELS["lenet-unused"] = LeNetWithUnused  # this worker process only
-    return {v: train_internals(data, "ci", v, model="lenet-unused", max_steps=3, epochs=1,
-                               find_unused_parameters=True, precision="fp64").params
-            for v in variants}
+    return {
+        v: train_internals(
+            data,
+            "ci",
+            v,
+            model="lenet-unused",
+            max_steps=3,
+            epochs=1,
+            find_unused_parameters=True,
+            precision="fp64",
+        ).params
+        for v in variants
+    }

@@ -1,4 +1,5 @@
 """Chapter 4's picture: record_forward computes DataParallelByHand's output and records its steps."""
+
 import matplotlib
 import pytest
 import torch
@@ -32,8 +33,12 @@ def test_the_record_matches_the_real_forward_and_backward(device):
     assert trace.replicas == [(where, True), (where, False), (where, False)]
     assert trace.outputs == [((4, 10), where)] * 2 + [((2, 10), where)]
     assert trace.output == ((10, 10), where)
-    assert [name for name, _, _ in trace.steps] == ["scatter", "replicate", "parallel_apply",
-                                                    "gather"]
+    assert [name for name, _, _ in trace.steps] == [
+        "scatter",
+        "replicate",
+        "parallel_apply",
+        "gather",
+    ]
     _, begin, end = trace.steps[2]
     for i, (name, start, stop) in enumerate(trace.threads):
         assert name == f"replica {i} on {devices[i]}" and begin <= start <= stop <= end

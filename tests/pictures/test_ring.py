@@ -1,11 +1,21 @@
 """Chapter 3's all-reduce pictures: decoded from real traces, and drawn within the page."""
+
 from fractions import Fraction
 
 import matplotlib
 import pytest
 
-from companion.pictures import (MAX_WIDTH, contributors, plot_allreduce, plot_load, holdings,
-    rank_load, record_allreduce, row_labels, timeline)
+from companion.pictures import (
+    MAX_WIDTH,
+    contributors,
+    holdings,
+    plot_allreduce,
+    plot_load,
+    rank_load,
+    record_allreduce,
+    row_labels,
+    timeline,
+)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -35,13 +45,20 @@ def test_record_allreduce_refuses_an_untraced_algorithm():
 def test_the_ring_grid_has_a_row_per_step_and_ends_complete(runs):
     ring = runs["ring"]
     assert row_labels(ring) == ["start"] + [f"reduce-scatter {i}" for i in (1, 2, 3)] + [
-        f"all-gather {i}" for i in (1, 2, 3)]
+        f"all-gather {i}" for i in (1, 2, 3)
+    ]
     held = holdings(ring)
     assert len(held) == 7 and all(len(row) == 4 for row in held)
     # after reduce-scatter (row 3) rank r holds chunk r + 1 summed over all 4 ranks
-    assert [contributors(held[3][r][(r + 1) % 4], (r + 1) % 4) for r in range(4)] == [[0, 1, 2, 3]] * 4
-    assert all(contributors(v, i) == [0, 1, 2, 3] for row in held[-1:] for x in row
-               for i, v in enumerate(x))
+    assert [contributors(held[3][r][(r + 1) % 4], (r + 1) % 4) for r in range(4)] == [
+        [0, 1, 2, 3]
+    ] * 4
+    assert all(
+        contributors(v, i) == [0, 1, 2, 3]
+        for row in held[-1:]
+        for x in row
+        for i, v in enumerate(x)
+    )
 
 
 def test_idle_ranks_keep_what_they_held(runs):

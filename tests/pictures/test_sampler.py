@@ -1,10 +1,17 @@
 """Chapter 5's pictures: who reads what under DistributedSampler, and the padding."""
+
 import matplotlib
 import pytest
 
 from companion.ddp import sampler_indices
-from companion.pictures import (MAX_WIDTH, plot_eval_counts, plot_orders, eval_counts, readers,
-    record_orders)
+from companion.pictures import (
+    MAX_WIDTH,
+    eval_counts,
+    plot_eval_counts,
+    plot_orders,
+    readers,
+    record_orders,
+)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -1,4 +1,5 @@
 """Chapter 3's DataPartitioner picture: every sample in at most one shard."""
+
 import matplotlib
 import pytest
 

@@ -1,4 +1,5 @@
 """Chapter 2's picture: trace_step is train_batch itself, and records the real split and sum."""
+
 import matplotlib
 import pytest
 import torch

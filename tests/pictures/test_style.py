@@ -1,4 +1,5 @@
 """The pictures' shared style: figures are refused when wider than the page."""
+
 import matplotlib
 import pytest
 

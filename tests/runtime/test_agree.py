@@ -1,5 +1,6 @@
 """check_ranks_agree: one all_gather_object at construction; every rank gets the same error,
 naming the rank and the parameter or setting that differs, instead of a hang or an abort."""
+
 import pytest
 import torch
 from torch import nn
@@ -41,12 +42,16 @@ def build_each(rank: int, world_size: int, odd: int) -> dict:
     for name, cls in (("Zero1", Zero1), ("Zero2", Zero2), ("Zero3", Zero3)):
         for case, lr in (("same", 0.1), ("layer", 0.1), ("lr", 0.2 if rank == odd else 0.1)):
             try:
-                cls(model(rank, "layer" if case == "layer" else "same", odd), torch.optim.SGD, lr=lr)
+                cls(
+                    model(rank, "layer" if case == "layer" else "same", odd), torch.optim.SGD, lr=lr
+                )
                 seen[case, name] = "agree"
             except RanksDisagree as err:
                 seen[case, name] = str(err)
-    for name, cls, setting in (("Zero2", Zero2, {"bucket_cap_mb": 1.0 if rank == odd else 25.0}),
-                               ("Zero3", Zero3, {"prefetch": rank == odd})):
+    for name, cls, setting in (
+        ("Zero2", Zero2, {"bucket_cap_mb": 1.0 if rank == odd else 25.0}),
+        ("Zero3", Zero3, {"prefetch": rank == odd}),
+    ):
         try:  # a stage's own setting (gloo aborted both workers on a Zero2 cap that differed)
             cls(model(rank, "same", odd), torch.optim.SGD, lr=0.1, **setting)
             seen["own", name] = "agree"
@@ -69,14 +74,21 @@ def test_every_rank_names_the_rank_and_what_differs(world_size):
     for name in WRAPPERS:
         assert seen["layer", name].startswith(f"{name}: rank {odd} differs from rank 0: ")
         assert f"rank {odd} has parameter '3.weight', rank 0 has not" in seen["layer", name]
-        assert "parameter '0.weight' is shape [3, 4], float32, requires_grad on rank 0 but " \
-               f"shape [5, 4], float32, requires_grad on rank {odd}" in seen["shape", name]
-    assert f"setting 'bucket_cap_mb' is 25.0 on rank 0 but 1.0 on rank {odd}" in seen["cap", "BucketedDDP"]
+        assert (
+            "parameter '0.weight' is shape [3, 4], float32, requires_grad on rank 0 but "
+            f"shape [5, 4], float32, requires_grad on rank {odd}" in seen["shape", name]
+        )
+    assert (
+        f"setting 'bucket_cap_mb' is 25.0 on rank 0 but 1.0 on rank {odd}"
+        in seen["cap", "BucketedDDP"]
+    )
     for name in ("Zero1", "Zero2", "Zero3"):
         assert seen["same", name] == "agree"
         assert seen["layer", name].startswith(f"{name}: rank {odd} differs from rank 0: ")
         assert f"setting 'lr' is 0.1 on rank 0 but 0.2 on rank {odd}" in seen["lr", name]
-    assert f"setting 'bucket_cap_mb' is 25.0 on rank 0 but 1.0 on rank {odd}" in seen["own", "Zero2"]
+    assert (
+        f"setting 'bucket_cap_mb' is 25.0 on rank 0 but 1.0 on rank {odd}" in seen["own", "Zero2"]
+    )
     assert f"setting 'prefetch' is False on rank 0 but True on rank {odd}" in seen["own", "Zero3"]
     assert seen["settings", "check_ranks_agree"].startswith("ShardedWrapper: rank 1 differs")
     assert "setting 'seed' is 0 on rank 0 but 1 on rank 1" in seen["settings", "check_ranks_agree"]
@@ -86,7 +98,10 @@ def test_the_description_holds_names_shapes_dtypes_and_settings():
     net = nn.Linear(3, 2)
     net.bias.requires_grad_(False)
     d = describe_replica(net, {"bucket_cap_mb": 25.0})
-    assert d["parameter"] == {"weight": ((2, 3), "torch.float32", True), "bias": ((2,), "torch.float32", False)}
+    assert d["parameter"] == {
+        "weight": ((2, 3), "torch.float32", True),
+        "bias": ((2,), "torch.float32", False),
+    }
     assert d["setting"] == {"bucket_cap_mb": "25.0"}
 
 

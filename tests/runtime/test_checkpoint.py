@@ -1,4 +1,5 @@
 """Checkpoints: unwrapped keys, round trips, and atomic writes that survive a crash mid-write."""
+
 import subprocess
 import sys
 import textwrap
@@ -8,14 +9,16 @@ import torch
 from torch import nn
 
 import companion.runtime.checkpoint as checkpoint_module
-from companion.runtime import load_checkpoint, save_checkpoint, unwrap
 from companion.core import get_model
+from companion.runtime import load_checkpoint, save_checkpoint, unwrap
 
 pytestmark = pytest.mark.ch5
 
 
 def flat(net: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1).cpu() for p in net.parameters()])  # DataParallel may be on cuda:0
+    return torch.cat(
+        [p.detach().reshape(-1).cpu() for p in net.parameters()]
+    )  # DataParallel may be on cuda:0
 
 
 def test_a_wrapped_model_is_saved_unwrapped_and_loads_into_plain_and_wrapped_models(tmp_path):
@@ -29,7 +32,9 @@ def test_a_wrapped_model_is_saved_unwrapped_and_loads_into_plain_and_wrapped_mod
     assert torch.equal(flat(plain), flat(trained)) and torch.equal(flat(wrapped), flat(trained))
 
 
-def test_a_crash_mid_write_leaves_the_old_checkpoint_whole_and_no_temporary_file(tmp_path, monkeypatch):
+def test_a_crash_mid_write_leaves_the_old_checkpoint_whole_and_no_temporary_file(
+    tmp_path, monkeypatch
+):
     path = tmp_path / "model.pt"
     save_checkpoint(get_model("lenet"), path)
     old = path.read_bytes()
@@ -87,11 +92,18 @@ def _whole(tmp_path):
     return save_checkpoint(get_model("lenet"), tmp_path / "whole.pt").read_bytes()
 
 
-@pytest.mark.parametrize("content, message", [
-    (lambda t: b"", r"empty\.pt is not a readable checkpoint.*save it again with save_checkpoint"),
-    (lambda t: _whole(t)[: len(_whole(t)) // 2], r"is not a readable checkpoint.*truncated"),
-    (lambda t: bytes(range(256)) * 64, r"is not a readable checkpoint"),
-], ids=["empty", "truncated", "random bytes"])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (
+            lambda t: b"",
+            r"empty\.pt is not a readable checkpoint.*save it again with save_checkpoint",
+        ),
+        (lambda t: _whole(t)[: len(_whole(t)) // 2], r"is not a readable checkpoint.*truncated"),
+        (lambda t: bytes(range(256)) * 64, r"is not a readable checkpoint"),
+    ],
+    ids=["empty", "truncated", "random bytes"],
+)
 def test_files_that_are_not_checkpoints_raise_checkpoint_error(tmp_path, content, message):
     from companion.runtime import CheckpointError
 
@@ -108,7 +120,9 @@ def test_a_checkpoint_of_another_model_or_not_a_state_dict_raises_checkpoint_err
     from companion.runtime import CheckpointError
 
     other = save_checkpoint(get_model("convnet"), tmp_path / "convnet.pt")
-    with pytest.raises(CheckpointError, match=r"does not fit this Sequential.*Build the same model"):
+    with pytest.raises(
+        CheckpointError, match=r"does not fit this Sequential.*Build the same model"
+    ):
         load_checkpoint(get_model("lenet"), other)
     torch.save([1, 2, 3], tmp_path / "list.pt")
     with pytest.raises(CheckpointError, match=r"holds a list, not a model's state dict"):

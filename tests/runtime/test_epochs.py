@@ -1,4 +1,5 @@
 """One epoch loop per kind: chapter 3's worker and every later trainer run `train_epochs`."""
+
 import ast
 from pathlib import Path
 

@@ -43,8 +43,14 @@ def test_threads_per_worker_share_the_cores(monkeypatch):
 
 
 def test_init_from_env_with_nccl_but_too_few_gpus_says_what_to_do(monkeypatch):
-    env = dict(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", LOCAL_WORLD_SIZE="2",
-               MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    env = dict(
+        RANK="0",
+        WORLD_SIZE="2",
+        LOCAL_RANK="0",
+        LOCAL_WORLD_SIZE="2",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT="29500",
+    )
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setattr(group, "gpu_count", lambda: 1)

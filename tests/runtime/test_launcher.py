@@ -1,4 +1,5 @@
 """The launcher: results per rank, every failure mode, bad input, and never an orphan process."""
+
 import math
 import os
 import signal
@@ -12,11 +13,18 @@ import types
 import pytest
 import torch
 
-from companion.core import gpu_count
-from companion.runtime.supervise import STOP_GRACE
-from companion.runtime import LaunchError, LaunchTimeout, WorkerDied, WorkerError, launch
-from companion.runtime import rank_device, threads_per_worker
 from companion.collectives import faulty, whoami
+from companion.core import gpu_count
+from companion.runtime import (
+    LaunchError,
+    LaunchTimeout,
+    WorkerDied,
+    WorkerError,
+    launch,
+    rank_device,
+    threads_per_worker,
+)
+from companion.runtime.supervise import STOP_GRACE
 
 pytestmark = pytest.mark.ch3
 
@@ -50,8 +58,12 @@ def test_results_come_back_in_rank_order_from_separate_processes():
     assert len(set(pids)) == 3 and os.getpid() not in pids
     assert {s["backend"] for s in seen} == {"gloo"} and {s["device"] for s in seen} == {"cpu"}
     assert {s["threads"] for s in seen} == {threads_per_worker(3)}
-    assert {s["MASTER_ADDR"] for s in seen} == {"127.0.0.1"} and len({s["MASTER_PORT"] for s in seen}) == 1
-    assert {s["GLOO_SOCKET_IFNAME"] for s in seen} == {"lo" if sys.platform.startswith("linux") else "lo0"}
+    assert {s["MASTER_ADDR"] for s in seen} == {"127.0.0.1"} and len(
+        {s["MASTER_PORT"] for s in seen}
+    ) == 1
+    assert {s["GLOO_SOCKET_IFNAME"] for s in seen} == {
+        "lo" if sys.platform.startswith("linux") else "lo0"
+    }
     assert_gone(pids)
 
 
@@ -68,14 +80,22 @@ def test_a_raising_worker_is_reported_with_its_rank_and_traceback(tmp_path):
     err = info.value
     assert err.rank == 1 and err.exc_type == "ValueError"
     assert str(err).startswith("worker rank 1 of 3 raised ValueError: rank 1 failed on purpose")
-    assert "Traceback of rank 1" in str(err) and 'raise ValueError(f"rank {rank} failed on purpose")' in err.traceback
+    assert (
+        "Traceback of rank 1" in str(err)
+        and 'raise ValueError(f"rank {rank} failed on purpose")' in err.traceback
+    )
     assert "ranks 0, 2 had not finished and were stopped" in str(err)
     assert written_pids(tmp_path) == set(err.pids) and len(err.pids) == 3
     assert_gone(err.pids)
 
 
-@pytest.mark.parametrize("how, exitcode, words", [("exit", 3, "exited with code 3"),
-                                                  ("signal", -signal.SIGKILL, "was killed by signal SIGKILL")])
+@pytest.mark.parametrize(
+    "how, exitcode, words",
+    [
+        ("exit", 3, "exited with code 3"),
+        ("signal", -signal.SIGKILL, "was killed by signal SIGKILL"),
+    ],
+)
 def test_a_dying_worker_is_reported_and_the_others_are_stopped(tmp_path, how, exitcode, words):
     with pytest.raises(WorkerDied) as info:
         launch(faulty, 2, how, on_rank=1, pid_dir=str(tmp_path), timeout=60, backend="gloo")
@@ -103,14 +123,21 @@ def hang_timeout() -> int:
     return min(60, max(3, math.ceil(3 * slowest)))
 
 
-@pytest.mark.parametrize("how", ["hang", "stubborn"])  # stubborn ignores SIGTERM: only SIGKILL ends it
+@pytest.mark.parametrize(
+    "how", ["hang", "stubborn"]
+)  # stubborn ignores SIGTERM: only SIGKILL ends it
 def test_a_hanging_worker_times_out_and_is_killed(tmp_path, how, hang_timeout):
     start = time.monotonic()
     with pytest.raises(LaunchTimeout) as info:
-        launch(faulty, 2, how, on_rank=1, pid_dir=str(tmp_path), timeout=hang_timeout, backend="gloo")
+        launch(
+            faulty, 2, how, on_rank=1, pid_dir=str(tmp_path), timeout=hang_timeout, backend="gloo"
+        )
     elapsed = time.monotonic() - start
     err = info.value
-    assert isinstance(err, TimeoutError) and err.ranks == [0, 1]  # rank 0 waits for rank 1 in all_reduce
+    assert isinstance(err, TimeoutError) and err.ranks == [
+        0,
+        1,
+    ]  # rank 0 waits for rank 1 in all_reduce
     assert f"timed out after {hang_timeout} s: ranks 0, 1 of 2 had not finished" in str(err)
     # the deadline, then the SIGTERM grace, plus slack for a loaded machine
     assert hang_timeout <= elapsed < hang_timeout + STOP_GRACE + 5
@@ -240,8 +267,9 @@ def test_stop_helpers_ends_and_reaps_the_fork_server_and_the_resource_tracker():
             print("no child process left")
         print("launched again:", launch(whoami, 1)[0]["rank"])
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["no child process left", "launched again: 0"]
 
@@ -268,8 +296,9 @@ def test_stop_helpers_leaves_them_alone_while_a_launch_runs(tmp_path):
         print("server kept:", fs._forkserver._forkserver_pid is not None)
         t.join()
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["returned at once: True", "server kept: True"]
 
@@ -287,7 +316,9 @@ def test_a_jupyter_kernel_that_launched_workers_exits_promptly_and_cleans_up(tmp
             "from companion.core.files import scratch_dir\n"
             "from companion.runtime import launch\n"
             "work = scratch_dir('kernel-')\n"
-            "print(len(launch(whoami, 2)))", timeout=120)
+            "print(len(launch(whoami, 2)))",
+            timeout=120,
+        )
         assert reply["content"]["status"] == "ok"
     finally:
         kc.stop_channels()

@@ -1,4 +1,5 @@
 """TensorBoard: rank 0 writes, the scalars read back, and neither side prints warnings."""
+
 import subprocess
 import sys
 import textwrap
@@ -42,7 +43,8 @@ def test_writing_and_reading_print_nothing_on_stderr(tmp_path):
         writer.close()
         print(read_scalars({str(tmp_path)!r}))
     """)
-    out = subprocess.run([sys.executable, "-W", "default", "-c", script], capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-W", "default", "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0 and out.stdout.strip() == "{'a': [(1, 1.0)]}"
     assert out.stderr == ""

@@ -1,5 +1,6 @@
 """torchrun -m companion.ddp for real: it trains, logs and checkpoints; failures and timeouts
 are reported; and no process is left behind, even when torchrun itself is killed."""
+
 import os
 import queue
 import signal
@@ -13,10 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from companion.runtime import load_checkpoint
 from companion.core import get_model
-from companion.runtime import read_scalars
-from companion.runtime import run_torchrun, torchrun_command
+from companion.runtime import load_checkpoint, read_scalars, run_torchrun, torchrun_command
 
 pytestmark = pytest.mark.ch5
 
@@ -44,10 +43,15 @@ def wait_gone(marker: str, within: float) -> list[int]:
 
 def test_torchrun_trains_with_two_processes_logs_and_checkpoints(tmp_path):
     ckpt, logs = tmp_path / "model.pt", tmp_path / "logs"
-    run = run_torchrun(2, ["--profile", "ci", "--epochs", "2", "--log-dir", logs, "--checkpoint", ckpt],
-                       timeout=240).check()
-    assert run.command == (f"torchrun --standalone --nproc-per-node=2 -m companion.ddp --profile ci --epochs 2 "
-                           f"--log-dir {logs} --checkpoint {ckpt}")
+    run = run_torchrun(
+        2,
+        ["--profile", "ci", "--epochs", "2", "--log-dir", logs, "--checkpoint", ckpt],
+        timeout=240,
+    ).check()
+    assert run.command == (
+        f"torchrun --standalone --nproc-per-node=2 -m companion.ddp --profile ci --epochs 2 "
+        f"--log-dir {logs} --checkpoint {ckpt}"
+    )
     lines = run.stdout.splitlines()
     assert lines[0].startswith("data: MNIST offline sample")
     assert lines[1].startswith("      4,000 training and 1,000 test images")
@@ -61,7 +65,8 @@ def test_torchrun_trains_with_two_processes_logs_and_checkpoints(tmp_path):
 
 
 def test_a_failing_run_reports_its_exit_code_and_error_and_leaves_no_temporary_files(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # where torchrun would keep its logs
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     run = run_torchrun(2, ["--profile", "ci", "--global-batch", "63"], timeout=240)
@@ -94,10 +99,20 @@ def test_a_timeout_stops_torchrun_and_every_worker():
 
 def test_workers_end_when_torchrun_is_killed():
     marker = "--seed=525252"
-    argv = [sys.executable, "-m", "torch.distributed.run", *torchrun_command(
-        2, ["--profile", "ci", "--epochs", "1000", marker])[1:]]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        *torchrun_command(2, ["--profile", "ci", "--epochs", "1000", marker])[1:],
+    ]
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
     try:
@@ -117,6 +132,13 @@ def test_workers_end_when_torchrun_is_killed():
 
 def test_torchrun_command_and_bad_process_counts():
     assert torchrun_command(4, ["--epochs", 2]) == [
-        "torchrun", "--standalone", "--nproc-per-node=4", "-m", "companion.ddp", "--epochs", "2"]
+        "torchrun",
+        "--standalone",
+        "--nproc-per-node=4",
+        "-m",
+        "companion.ddp",
+        "--epochs",
+        "2",
+    ]
     with pytest.raises(ValueError, match="nproc must be an integer >= 1"):
         torchrun_command(0)

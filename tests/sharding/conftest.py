@@ -1,4 +1,5 @@
 """The chapter-9 measurements: one launch per world size, shared by the ledger and memory tests."""
+
 import pytest
 
 from companion.runtime import launch

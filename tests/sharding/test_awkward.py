@@ -4,6 +4,7 @@ local batches. Every hand-written stage, with SGD, momentum, Adam and AdamW (wei
 leaves such a parameter alone as torch's optimizer on one process does, at world sizes 1-4,
 as torch's DDP (find_unused_parameters=True) and FSDP2 do too; and zero_grad() discards a
 step's gradients, those reduced during backward included."""
+
 import pytest
 import torch
 
@@ -22,12 +23,19 @@ def awkward():
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 @pytest.mark.parametrize("optimizer", list(AWKWARD_OPTIMIZERS))
 @pytest.mark.parametrize("method", STAGES)
-def test_a_parameter_without_a_gradient_is_left_alone_as_by_torch(awkward, world_size, optimizer, method):
+def test_a_parameter_without_a_gradient_is_left_alone_as_by_torch(
+    awkward, world_size, optimizer, method
+):
     expected = awkward_one_process(optimizer)
     for rank, out in enumerate(awkward[world_size]):
         trained, _, _ = out[method, optimizer]
-        torch.testing.assert_close(trained, expected, rtol=1e-9, atol=1e-12,
-                                   msg=lambda m: f"{method}, {optimizer}, rank {rank}: {m}")
+        torch.testing.assert_close(
+            trained,
+            expected,
+            rtol=1e-9,
+            atol=1e-12,
+            msg=lambda m: f"{method}, {optimizer}, rank {rank}: {m}",
+        )
 
 
 def test_the_check_can_fail_weight_decay_would_move_the_unused_parameters():
@@ -64,8 +72,10 @@ def test_reading_checkpointing_and_resharding_a_zero3_model_is_safe(tmp_path):
     from .workers import reading_after_zero3
 
     for seen in launch(reading_after_zero3, 2, str(tmp_path), backend="gloo", timeout=240):
-        assert seen["sum"].startswith("FreedParameterRead: Zero3Linear.weight is sharded by "
-                                      "ZeRO-3: between steps each rank holds only its shard")
+        assert seen["sum"].startswith(
+            "FreedParameterRead: Zero3Linear.weight is sharded by "
+            "ZeRO-3: between steps each rank holds only its shard"
+        )
         assert "optimizer.full_parameters() on every rank" in seen["sum"]
         assert seen["is a Linear"]
         assert tuple(seen["whole"]) == (4, 5)
@@ -74,5 +84,6 @@ def test_reading_checkpointing_and_resharding_a_zero3_model_is_safe(tmp_path):
             assert "full_parameters()" in seen[name]
         assert not seen["file written"]
         assert seen["shard again"].startswith("Zero3: this model is already sharded by Zero3")
-        assert seen["fsdp2 save_checkpoint"].startswith("save_checkpoint: this model's parameters "
-                                                        "are sharded by FSDP2")
+        assert seen["fsdp2 save_checkpoint"].startswith(
+            "save_checkpoint: this model's parameters are sharded by FSDP2"
+        )

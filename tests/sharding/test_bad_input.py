@@ -2,6 +2,7 @@
 value and what to do (the pattern of tests/test_bad_input.py). Every row runs in this process,
 without a process group (the checks come before any collective) or, where the refusal needs a
 sharded model, in a one-process group with an in-memory store."""
+
 import pytest
 import torch
 from torch import nn
@@ -12,7 +13,6 @@ from companion.core import MathMode
 
 LIN = nn.Linear(3, 2)
 FP16 = MathMode("fp16", "cpu")
-
 
 
 def in_group(call):
@@ -44,6 +44,8 @@ def bench_cli(option, value):
     main([option, value])
 
 
+# A table, one row per line: not reformatted.
+# fmt: off
 CASES = [
     ("padded_size world_size=0", lambda t: sh.padded_size(10, 0), ValueError, r"world_size must be an integer >= 1, got 0"),
     ("padded_size world_size=2.5", lambda t: sh.padded_size(10, 2.5), TypeError, r"world_size must be an integer >= 1, got 2\.5 of type float"),
@@ -104,6 +106,7 @@ CASES = [
     ("sharding.Zero1 clip_grad_norm_ max_norm=-1", lambda t: in_group(lambda: sh.Zero1(nn.Linear(3, 2), torch.optim.SGD, lr=0.1).clip_grad_norm_(-1)), ValueError, r"max_norm must be a positive, finite number, got -1"),
     ("runtime.save_checkpoint of a ZeRO-3 model", lambda t: in_group(lambda: zero3_then(lambda net: rt.save_checkpoint(net, t / "m.pt"))), RuntimeError, r"Zero3: between steps each rank holds only its shard.*FSDP2 with save_sharded"),
 ]
+# fmt: on
 
 
 @pytest.mark.ch9

@@ -1,6 +1,7 @@
 """Sharded checkpoints: FSDP2's model and Adam state saved by N ranks load on M ranks
 (2->1, 1->2, 2->3) with the parameters equal, and the next step equal too (the moments came
 along)."""
+
 import pytest
 import torch
 
@@ -34,11 +35,14 @@ def test_saving_again_replaces_the_checkpoint_whole(tmp_path, batch):
     second = launch(checkpoint_worker, 2, path, "save", *batch, 3, backend="gloo", timeout=240)
     loaded = launch(checkpoint_worker, 1, path, "load", *batch, backend="gloo", timeout=240)
     assert not torch.equal(first[0]["at checkpoint"], second[0]["at checkpoint"])
-    torch.testing.assert_close(loaded[0]["at checkpoint"], second[0]["at checkpoint"], rtol=0, atol=0)
+    torch.testing.assert_close(
+        loaded[0]["at checkpoint"], second[0]["at checkpoint"], rtol=0, atol=0
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
 
 
 def test_loading_from_a_folder_without_a_checkpoint_says_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="no DCP checkpoint at .*save_sharded"):
-        load_sharded(torch.nn.Linear(2, 2), torch.optim.SGD(torch.nn.Linear(2, 2).parameters()),
-                     tmp_path)
+        load_sharded(
+            torch.nn.Linear(2, 2), torch.optim.SGD(torch.nn.Linear(2, 2).parameters()), tmp_path
+        )

@@ -1,5 +1,6 @@
 """The GPU path (skipped without GPUs): every method on GPUs under nccl, one GPU per rank,
 equal to one process on the CPU in float64 (TF32 plays no part in float64)."""
+
 import pytest
 import torch
 

@@ -1,5 +1,6 @@
 """The byte ledger: ZeRO-1 and ZeRO-2 send what DDP's all-reduce sends, ZeRO-3 (and FSDP2)
 1.5 times as much; the ring costs and the alpha-beta price of a ledger."""
+
 import pytest
 
 from companion.sharding.ledger import Ledger, expected_bytes, ring_cost
@@ -18,10 +19,14 @@ def test_each_method_sends_what_its_formula_says(measured, world_size):
         assert sent["DDP"] == pytest.approx(ddp)
         for method in ("ZeRO-1", "ZeRO-2"):
             assert sent[method] == pytest.approx(sent["DDP"] + flags), (method, rank)
-            assert sent[method] == pytest.approx(expected_bytes(method, psi_bytes, world_size, TENSORS))
+            assert sent[method] == pytest.approx(
+                expected_bytes(method, psi_bytes, world_size, TENSORS)
+            )
         for method in ("ZeRO-3", "ZeRO-3 prefetch"):
             assert sent[method] == pytest.approx(1.5 * sent["DDP"] + flags), (method, rank)
-            assert sent[method] == pytest.approx(expected_bytes("ZeRO-3", psi_bytes, world_size, TENSORS))
+            assert sent[method] == pytest.approx(
+                expected_bytes("ZeRO-3", psi_bytes, world_size, TENSORS)
+            )
         assert sent["FSDP2"] == pytest.approx(1.5 * sent["DDP"])
         assert sent["FSDP2"] == pytest.approx(expected_bytes("ZeRO-3", psi_bytes, world_size))
         kinds = Ledger(world_size, run["ZeRO-3"]["calls"]).counts()

@@ -1,10 +1,11 @@
 """Per-rank memory of parameters, gradients and optimizer state, measured, equals the ZeRO
 formulas (exactly: divisible_mlp's sizes divide by 1-4); mixed precision; the calculator."""
+
 import pytest
 
 from companion.runtime import launch
 from companion.sharding.measure import state_worker
-from companion.sharding.memory import formula_bytes, fits
+from companion.sharding.memory import fits, formula_bytes
 
 pytestmark = pytest.mark.ch9
 
@@ -31,8 +32,14 @@ def test_zero_redundancy_optimizer_splits_the_state_by_whole_tensors(measured, w
 def test_mixed_precision_totals_against_the_mixed_formula():
     """Autocast keeps fp32 parameters as the master: DDP's and ZeRO-3's totals are the mixed
     formula's; ZeRO-2 holds whole fp32 parameters where the formula has whole bf16 ones."""
-    runs = launch(state_worker, 2, ("DDP", "ZeRO-2", "ZeRO-3", "FSDP2"), precision="bf16",
-                  backend="gloo", timeout=240)
+    runs = launch(
+        state_worker,
+        2,
+        ("DDP", "ZeRO-2", "ZeRO-3", "FSDP2"),
+        precision="bf16",
+        backend="gloo",
+        timeout=240,
+    )
     for run in runs:
         for method, r in run.items():
             psi, mixed = r["psi"], formula_bytes(method, r["psi"], 2, "mixed")

@@ -2,6 +2,7 @@
 them (warm-up, then StepLR) exactly as they drive one process's optimizer, step(closure)
 evaluates the closure, and state_dict() / load_state_dict() resume a run mid-way on the same
 world size, in float64, at world sizes 1-4 with uneven local shares."""
+
 import pytest
 import torch
 
@@ -16,7 +17,9 @@ pytestmark = pytest.mark.ch9
 
 @pytest.fixture(scope="module")
 def runs():
-    return {n: launch(optimizer_contract_worker, n, backend="gloo", timeout=300) for n in (1, 2, 3, 4)}
+    return {
+        n: launch(optimizer_contract_worker, n, backend="gloo", timeout=300) for n in (1, 2, 3, 4)
+    }
 
 
 def test_the_stages_are_optimizers():
@@ -27,11 +30,18 @@ def test_the_stages_are_optimizers():
 @pytest.mark.parametrize("optimizer", list(OPTIMIZERS))
 def test_torch_s_schedulers_drive_every_stage_as_one_process(runs, world_size, optimizer):
     expected = scheduled_one_process(optimizer)
-    assert not torch.allclose(expected, one_process(global_batches(5), optimizer))  # the schedule mattered
+    assert not torch.allclose(
+        expected, one_process(global_batches(5), optimizer)
+    )  # the schedule mattered
     for rank, out in enumerate(runs[world_size]):
         for method in ("ZeRO-1", "ZeRO-2", "ZeRO-3"):
-            torch.testing.assert_close(out[method, optimizer, "scheduled"], expected, rtol=1e-9,
-                                       atol=1e-12, msg=lambda m: f"{method}, rank {rank}: {m}")
+            torch.testing.assert_close(
+                out[method, optimizer, "scheduled"],
+                expected,
+                rtol=1e-9,
+                atol=1e-12,
+                msg=lambda m: f"{method}, rank {rank}: {m}",
+            )
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
@@ -40,5 +50,10 @@ def test_state_dict_resumes_a_run_as_if_it_never_stopped(runs, world_size, optim
     expected = one_process(global_batches(5), optimizer)
     for rank, out in enumerate(runs[world_size]):
         for method in ("ZeRO-1", "ZeRO-2", "ZeRO-3"):
-            torch.testing.assert_close(out[method, optimizer, "resumed"], expected, rtol=1e-9,
-                                       atol=1e-12, msg=lambda m: f"{method}, rank {rank}: {m}")
+            torch.testing.assert_close(
+                out[method, optimizer, "resumed"],
+                expected,
+                rtol=1e-9,
+                atol=1e-12,
+                msg=lambda m: f"{method}, rank {rank}: {m}",
+            )

@@ -1,5 +1,6 @@
 """ZeRO-3's timeline: one gather per unit each way and one reduce-scatter per unit, every one
 inside the step; prefetch leaves the same collectives and changes only when they start."""
+
 import pytest
 
 from companion.runtime import launch
@@ -10,8 +11,10 @@ pytestmark = pytest.mark.ch9
 
 def test_zero3_step_events_with_and_without_prefetch():
     depth = 3
-    runs = {p: launch(record_zero3_step, 2, p, 24, depth, 8, 1, backend="gloo", timeout=240)[0]
-            for p in (False, True)}
+    runs = {
+        p: launch(record_zero3_step, 2, p, 24, depth, 8, 1, backend="gloo", timeout=240)[0]
+        for p in (False, True)
+    }
     for events in runs.values():
         labels = [label for label, _, _ in events]
         units = depth + 1  # Linear layers of divisible_mlp

@@ -1,5 +1,6 @@
 """Chapter 5's loop drives every sharded method unchanged: after the same steps on the same
 global batches, each ends where one process ends (fp32, LeNet, the sample data)."""
+
 import pytest
 import torch
 
@@ -18,15 +19,23 @@ GLOBAL_BATCH, LR, STEPS = 32, 0.1, 4
 
 def test_the_loop_drives_every_method_like_one_process():
     small = subset(load_data("mnist-sample", verbose=False), 301, 101)  # odd: the sampler pads
-    options = {"model": "lenet", "global_batch": GLOBAL_BATCH, "lr": LR, "epochs": 2,
-               "max_steps": STEPS}
+    options = {
+        "model": "lenet",
+        "global_batch": GLOBAL_BATCH,
+        "lr": LR,
+        "epochs": 2,
+        "max_steps": STEPS,
+    }
     results = launch(several, 2, small, METHODS, **options, backend="gloo", timeout=300)
-    expected = train_reference_ddp(2, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=STEPS,
-                                   model="lenet")
+    expected = train_reference_ddp(
+        2, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=STEPS, model="lenet"
+    )
     for rank in (0, 1):
         for method, got in zip(METHODS, results[rank]):
             torch.testing.assert_close(got.params, expected, msg=lambda m, v=method: f"{v}: {m}")
-            assert [(r.method, r.n_devices) for r in got.records] == ([(method, 2)] if rank == 0 else [])
+            assert [(r.method, r.n_devices) for r in got.records] == (
+                [(method, 2)] if rank == 0 else []
+            )
             assert all(0 <= r.test_acc <= 1 and r.precision == "fp32" for r in got.records)
 
 
@@ -34,11 +43,18 @@ def test_a_channels_last_model_trains_under_every_method_like_one_process():
     """The gpu profile stores weights channels-last; FSDP2 refuses such (non-contiguous)
     parameters, so ``fsdp2`` hands it contiguous ones. Found by ``make gpu-check`` (H200)."""
     small = subset(load_data("mnist-sample", verbose=False), 301, 101)
-    options = {"model": "lenet", "global_batch": GLOBAL_BATCH, "lr": LR, "epochs": 1,
-               "max_steps": STEPS, "channels_last": True}
+    options = {
+        "model": "lenet",
+        "global_batch": GLOBAL_BATCH,
+        "lr": LR,
+        "epochs": 1,
+        "max_steps": STEPS,
+        "channels_last": True,
+    }
     results = launch(several, 2, small, METHODS, **options, backend="gloo", timeout=300)
-    expected = train_reference_ddp(2, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=STEPS,
-                                   model="lenet")
+    expected = train_reference_ddp(
+        2, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=STEPS, model="lenet"
+    )
     for method, got in zip(METHODS, results[0]):
         torch.testing.assert_close(got.params, expected, msg=lambda m, v=method: f"{v}: {m}")
         assert [r.precision for r in got.records] == ["fp32, channels_last"]

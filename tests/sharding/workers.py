@@ -1,5 +1,6 @@
 """Workers for the chapter-9 tests (importable by the launcher's fork server as
 ``tests.sharding.workers``)."""
+
 from companion.sharding import sharded_worker
 
 
@@ -15,8 +16,11 @@ def old_names_worker(rank, world_size, methods):
 
     from companion.sharding.measure import state_worker
 
-    hidden = {n: getattr(dist, n) for n in ("reduce_scatter_single", "all_gather_single")
-              if hasattr(dist, n)}
+    hidden = {
+        n: getattr(dist, n)
+        for n in ("reduce_scatter_single", "all_gather_single")
+        if hasattr(dist, n)
+    }
     for name in hidden:
         delattr(dist, name)
     try:
@@ -70,7 +74,7 @@ def _loss(net, x, step, rank, world_size):
     """This rank's uneven share of ``x`` (7 samples); loss scaled so that the 1/N average
     of the gradients is the gradient of the global mean."""
     cuts = [len(x) * r // world_size for r in range(world_size + 1)]
-    mine = x[cuts[rank]:cuts[rank + 1]]
+    mine = x[cuts[rank] : cuts[rank + 1]]
     return net(mine, step).pow(2).sum() * world_size / len(x)
 
 
@@ -131,9 +135,11 @@ def reading_after_zero3(rank, world_size, tmp):
     net(_awkward_batches(world_size)[0], 0)  # inside forward the unit is whole: no error
     seen["is a Linear"] = isinstance(net.a, torch.nn.Linear)
     seen["whole"] = opt.full_parameters()[2].shape  # a.weight (after never, empty), gathered
-    for name, call in (("state_dict", net.state_dict),
-                       ("save_checkpoint", lambda: save_checkpoint(net, Path(tmp) / f"z{rank}.pt")),
-                       ("shard again", lambda: shard("ZeRO-3", net, torch.optim.SGD, lr=0.1))):
+    for name, call in (
+        ("state_dict", net.state_dict),
+        ("save_checkpoint", lambda: save_checkpoint(net, Path(tmp) / f"z{rank}.pt")),
+        ("shard again", lambda: shard("ZeRO-3", net, torch.optim.SGD, lr=0.1)),
+    ):
         try:
             call()
             seen[name] = "accepted"
@@ -149,13 +155,13 @@ def reading_after_zero3(rank, world_size, tmp):
     return seen
 
 
-
 def _scheduled(opt):
     """Warm-up for two steps, then halve the rate every step (torch's own schedulers)."""
     from torch.optim import lr_scheduler as ls
 
-    return ls.SequentialLR(opt, [ls.LinearLR(opt, 0.25, total_iters=2), ls.StepLR(opt, 1, 0.5)],
-                           milestones=[2])
+    return ls.SequentialLR(
+        opt, [ls.LinearLR(opt, 0.25, total_iters=2), ls.StepLR(opt, 1, 0.5)], milestones=[2]
+    )
 
 
 def scheduled_one_process(optimizer):
@@ -211,4 +217,3 @@ def optimizer_contract_worker(rank, world_size):
                 share_step(model, opt, X, y)
             out[method, optimizer, "resumed"] = full_parameters(model, opt)
     return out
-

@@ -1,6 +1,7 @@
 """Bad input to chapter 10's public functions gets a clear error naming the argument, the
 value and what to do (the pattern of tests/test_bad_input.py); every row runs in this process,
 without a process group or, where the refusal needs one, in a one-process group."""
+
 import pytest
 import torch
 from torch import nn
@@ -15,6 +16,8 @@ def sgd():
     return torch.optim.SGD(LIN.parameters(), lr=0.1)
 
 
+# A table, one row per line: not reformatted.
+# fmt: off
 CASES = [
     ("PowerSGDState rank=0", lambda t: sl.PowerSGDState(0), ValueError, r"rank must be an integer >= 1, got 0: the rank of the approximation"),
     ("PowerSGDState min_compression_rate=-1", lambda t: sl.PowerSGDState(1, min_compression_rate=-1), ValueError, r"min_compression_rate must be >= 0, got -1"),
@@ -51,6 +54,7 @@ CASES = [
     ("StreamingDiLoCo mix=0", lambda t: in_group(lambda: sl.StreamingDiLoCo(sgd(), 4, mix=0)), ValueError, r"0 < mix <= 1"),
     ("link_seconds unknown network", lambda t: sl.link_seconds(None, "5G"), ValueError, r"unknown network '5G'"),
 ]
+# fmt: on
 
 
 @pytest.mark.parametrize("case, call, error, message", CASES, ids=[c[0] for c in CASES])

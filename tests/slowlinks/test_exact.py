@@ -11,13 +11,21 @@ and unused parameters, a buffer) in float64 with uneven local batches:
 
 Each reference is computed at 1, 2 and 4 torch threads: the verdict must not depend on the
 reader's machine."""
+
 import pytest
 import torch
 
 from companion.runtime import launch
 from companion.sharding.verify import global_batches, one_process
-from companion.slowlinks.verify import (SGD, drift_worker, error_feedback_worker, hooks_worker,
-                                        periodic_worker, powersgd_worker, torch_powersgd_worker)
+from companion.slowlinks.verify import (
+    SGD,
+    drift_worker,
+    error_feedback_worker,
+    hooks_worker,
+    periodic_worker,
+    powersgd_worker,
+    torch_powersgd_worker,
+)
 from tests.threads import at_each_thread_count
 
 pytestmark = pytest.mark.ch10
@@ -45,7 +53,7 @@ def test_hooks_equal_torchs_and_the_mean_equals_one_process(world_size):
     expected = one_process(batches, SGD["SGD"])
     for name, bits in (("fp16", 11), ("bf16", 8)):  # rounded, so near but not equal
         error = (runs[0][name, "ours"] - expected).abs().max()
-        assert 0 < error < 2.0 ** -bits, (name, float(error))
+        assert 0 < error < 2.0**-bits, (name, float(error))
 
 
 @pytest.mark.parametrize("world_size", WORLDS)
@@ -64,11 +72,17 @@ def test_local_sgd_and_diloco_reduce_to_one_process(world_size):
     for optimizer in SGD:
         for threads, expected in references(batches, optimizer).items():
             for rank, got in enumerate(runs):
-                close(got["local SGD", optimizer], expected,
-                      f"local SGD period 1, {optimizer}, rank {rank}, {threads} threads")
+                close(
+                    got["local SGD", optimizer],
+                    expected,
+                    f"local SGD period 1, {optimizer}, rank {rank}, {threads} threads",
+                )
                 if optimizer == "SGD":
-                    close(got["DiLoCo", "SGD"], expected,
-                          f"DiLoCo reduced, rank {rank}, {threads} threads")
+                    close(
+                        got["DiLoCo", "SGD"],
+                        expected,
+                        f"DiLoCo reduced, rank {rank}, {threads} threads",
+                    )
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
@@ -92,8 +106,9 @@ def test_error_feedback_makes_powersgd_unbiased(world_size):
     updates converges to the true gradient (the error left over stays bounded); without it,
     it converges to the best rank-1 approximation and stays away."""
     with_ef = launch(error_feedback_worker, world_size, backend="gloo", timeout=240)[0]
-    without = launch(error_feedback_worker, world_size, error_feedback=False, backend="gloo",
-                     timeout=240)[0]
+    without = launch(
+        error_feedback_worker, world_size, error_feedback=False, backend="gloo", timeout=240
+    )[0]
     assert with_ef[-1] < 0.1 and with_ef[-1] < with_ef[7] / 4, with_ef[::8]
     assert min(without[32:]) > 0.3, without[::8]
 
@@ -104,8 +119,14 @@ def test_powersgd_sends_what_torchs_sends(world_size):
     torch's powerSGD_hook at ranks 1 and 4. The parameters come out near, not equal: the
     random start of Q and the orthonormalisation (QR, Gram-Schmidt) differ."""
     for rank_r in (1, 4):
-        runs = launch(torch_powersgd_worker, world_size, global_batches(6), rank_r=rank_r,
-                      backend="gloo", timeout=240)
+        runs = launch(
+            torch_powersgd_worker,
+            world_size,
+            global_batches(6),
+            rank_r=rank_r,
+            backend="gloo",
+            timeout=240,
+        )
         for got in runs:
             (ours, ours_sent), (theirs, theirs_sent) = got["ours"], got["torch"]
             assert ours_sent == theirs_sent

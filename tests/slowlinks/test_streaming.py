@@ -1,6 +1,7 @@
 """Streaming DiLoCo: with one fragment, no delay, mix 1 and float32 it is DiLoCo, bit for bit;
 fragments halve the peak bytes of a step for the same total; few-bit meetings send fewer bytes
 and stay near the full-precision result; a late, blended exchange changes the result."""
+
 import pytest
 import torch
 
@@ -21,9 +22,16 @@ SETTINGS = {
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_streaming_diloco(world_size):
-    runs = launch(streaming_worker, world_size, global_batches(8), period=4, settings=SETTINGS,
-                  backend="gloo", timeout=240)
-    for rank, got in enumerate(runs):
+    runs = launch(
+        streaming_worker,
+        world_size,
+        global_batches(8),
+        period=4,
+        settings=SETTINGS,
+        backend="gloo",
+        timeout=240,
+    )
+    for got in runs:
         diloco, per_step = got["DiLoCo"]
         assert torch.equal(got["as DiLoCo"][0], diloco)
         assert torch.equal(diloco, runs[0]["DiLoCo"][0])  # step 8 was a meeting: one model

@@ -6,11 +6,14 @@ import pytest
 import torch
 from torch import nn
 
-from companion.core import lenet
-from companion.split import copy_replicas, train_batch
-from companion.split import train
-from companion.split import allreduce_grads_foreach, train_batch_foreach
-from companion.core import set_seed
+from companion.core import lenet, set_seed
+from companion.split import (
+    allreduce_grads_foreach,
+    copy_replicas,
+    train,
+    train_batch,
+    train_batch_foreach,
+)
 
 pytestmark = pytest.mark.ch2
 
@@ -43,8 +46,7 @@ def test_foreach_allreduce_refuses_aliased_replicas():
 
 
 def test_train_with_the_foreach_step_matches_the_naive_step():
-    from companion.core import DeviceLoader
-    from companion.core import ImageSet, load_mnist_sample
+    from companion.core import DeviceLoader, ImageSet, load_mnist_sample
 
     data = load_mnist_sample()
     small = ImageSet(data.train.images[:320], data.train.labels[:320])
@@ -52,9 +54,19 @@ def test_train_with_the_foreach_step_matches_the_naive_step():
     for step in (train_batch, train_batch_foreach):
         set_seed(0)
         nets.append(lenet())
-        runs.append(train(nets[-1], DeviceLoader(small, 64, seed=0),
-                          DeviceLoader(data.test, 250, shuffle=False), [CPU] * 2, epochs=1,
-                          lr=0.1, step=step, method=step.__name__, profile="ci"))
+        runs.append(
+            train(
+                nets[-1],
+                DeviceLoader(small, 64, seed=0),
+                DeviceLoader(data.test, 250, shuffle=False),
+                [CPU] * 2,
+                epochs=1,
+                lr=0.1,
+                step=step,
+                method=step.__name__,
+                profile="ci",
+            )
+        )
     assert [r.method for r in runs[1]] == ["train_batch_foreach"]
     torch.testing.assert_close(list(nets[0].parameters()), list(nets[1].parameters()))
     assert abs(runs[0][0].test_acc - runs[1][0].test_acc) <= 0.002

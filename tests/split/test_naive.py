@@ -6,15 +6,28 @@ import pytest
 import torch
 from torch import nn
 
-from companion.core import DeviceLoader
-from companion.core import ImageSet, load_mnist_sample
-from companion.core import lenet
-from companion.core import Record
-from companion.split import (allreduce_on_devices, allreduce_grads, forward_backward,
-    copy_replicas, shard_sizes, split_batch, train_batch)
-from companion.split import train
-from companion.split import allreduce_grads_foreach, forward_backward_once, train_batch_foreach
-from companion.core import set_seed, train_step
+from companion.core import (
+    DeviceLoader,
+    ImageSet,
+    Record,
+    lenet,
+    load_mnist_sample,
+    set_seed,
+    train_step,
+)
+from companion.split import (
+    allreduce_grads,
+    allreduce_grads_foreach,
+    allreduce_on_devices,
+    copy_replicas,
+    forward_backward,
+    forward_backward_once,
+    shard_sizes,
+    split_batch,
+    train,
+    train_batch,
+    train_batch_foreach,
+)
 
 pytestmark = pytest.mark.ch2
 
@@ -24,8 +37,10 @@ PER_SAMPLE = nn.CrossEntropyLoss(reduction="none")
 SPLITS = [(1, 10), (2, 12), (2, 11), (3, 12), (3, 10), (4, 12), (4, 10)]
 # The naive phases of companion.split.naive and the fused ones of companion.split.fused
 # must both compute single-device SGD.
-PHASES = {"naive": (forward_backward, allreduce_grads),
-          "foreach": (forward_backward_once, allreduce_grads_foreach)}
+PHASES = {
+    "naive": (forward_backward, allreduce_grads),
+    "foreach": (forward_backward_once, allreduce_grads_foreach),
+}
 STEPS = {"naive": train_batch, "foreach": train_batch_foreach}
 
 
@@ -35,7 +50,9 @@ def cpus(n: int) -> list[torch.device]:
 
 def batch(n: int, dtype=torch.float32, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    return torch.rand(n, 1, 28, 28, generator=g, dtype=dtype), torch.randint(0, 10, (n,), generator=g)
+    return torch.rand(n, 1, 28, 28, generator=g, dtype=dtype), torch.randint(
+        0, 10, (n,), generator=g
+    )
 
 
 def grads(net: nn.Module) -> list[torch.Tensor]:
@@ -50,9 +67,16 @@ def bn_net() -> nn.Sequential:
 # --- split_batch ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("n, k, sizes", [(10, 3, [4, 3, 3]), (12, 4, [3, 3, 3, 3]),
-                                         (5, 4, [2, 1, 1, 1]), (4, 4, [1, 1, 1, 1]),
-                                         (7, 1, [7])])
+@pytest.mark.parametrize(
+    "n, k, sizes",
+    [
+        (10, 3, [4, 3, 3]),
+        (12, 4, [3, 3, 3, 3]),
+        (5, 4, [2, 1, 1, 1]),
+        (4, 4, [1, 1, 1, 1]),
+        (7, 1, [7]),
+    ],
+)
 def test_shard_sizes_differ_by_at_most_one_first_larger(n, k, sizes):
     assert shard_sizes(n, k) == sizes
     assert [len(s) for s in torch.arange(n).tensor_split(k)] == sizes
@@ -76,8 +100,11 @@ def test_split_batch_keeps_every_sample_once_in_order(k, n):
 
 def test_split_batch_rejects_bad_input():
     X, y = batch(3)
-    with pytest.raises(ValueError, match="batch of 3 samples cannot be split across 4 devices.*"
-                                         "at least 4 samples or fewer devices"):
+    with pytest.raises(
+        ValueError,
+        match="batch of 3 samples cannot be split across 4 devices.*"
+        "at least 4 samples or fewer devices",
+    ):
         split_batch(X, y, cpus(4))
     with pytest.raises(ValueError, match="X has 3 samples but y has 2"):
         split_batch(X, y[:2], cpus(2))
@@ -127,7 +154,9 @@ def test_allreduce_rejects_bad_input_and_writes_nothing():
     with pytest.raises(ValueError, match="tensor 1 has shape \\(4,\\) but tensor 0 has \\(3,\\)"):
         allreduce_on_devices([a, torch.ones(4)])
     assert torch.equal(a, torch.ones(3)) and torch.equal(b, torch.ones(3))
-    with pytest.raises(ValueError, match=r"tensors must hold at least 1 item\(s\), tensors, one per device"):
+    with pytest.raises(
+        ValueError, match=r"tensors must hold at least 1 item\(s\), tensors, one per device"
+    ):
         allreduce_on_devices([])
 
 
@@ -200,7 +229,9 @@ def test_a_mean_of_per_device_means_is_wrong_for_uneven_splits():
     for replica, X_i, y_i in zip(replicas, *split_batch(X, y, cpus(3))):
         (nn.functional.cross_entropy(replica(X_i), y_i) / 3).backward()
     allreduce_grads(replicas)
-    diff = max((g - g_ref).abs().max().item() for g, g_ref in zip(grads(replicas[0]), grads(reference)))
+    diff = max(
+        (g - g_ref).abs().max().item() for g, g_ref in zip(grads(replicas[0]), grads(reference))
+    )
     assert diff > 1e-3  # a thousand times what rounding explains: the check would catch it
     with pytest.raises(AssertionError):
         torch.testing.assert_close(grads(replicas[0]), grads(reference))
@@ -279,8 +310,16 @@ def run_split(small_sample, k: int):
     train_set, test_set = small_sample
     set_seed(0)
     net = lenet()
-    records = train(net, DeviceLoader(train_set, 64, seed=0), DeviceLoader(test_set, 250, shuffle=False),
-                    cpus(k), epochs=2, lr=0.1, profile="ci", model_name="lenet")
+    records = train(
+        net,
+        DeviceLoader(train_set, 64, seed=0),
+        DeviceLoader(test_set, 250, shuffle=False),
+        cpus(k),
+        epochs=2,
+        lr=0.1,
+        profile="ci",
+        model_name="lenet",
+    )
     return net, records
 
 
@@ -290,13 +329,23 @@ def test_train_records_epochs_and_matches_single_device_training(small_sample):
     train_set, test_set = small_sample
     set_seed(0)
     reference = lenet()
-    ref_records = train_one(reference, DeviceLoader(train_set, 64, seed=0),
-                            DeviceLoader(test_set, 250, shuffle=False), epochs=2, lr=0.1, profile="ci")
+    ref_records = train_one(
+        reference,
+        DeviceLoader(train_set, 64, seed=0),
+        DeviceLoader(test_set, 250, shuffle=False),
+        epochs=2,
+        lr=0.1,
+        profile="ci",
+    )
     for k in (2, 3):
         net, records = run_split(small_sample, k)
-        assert [(r.epoch, r.n_devices, r.method) for r in records] == [(1, k, "split by hand"),
-                                                                       (2, k, "split by hand")]
-        assert all(isinstance(r, Record) and r.profile == "ci" and r.sec_per_epoch > 0 for r in records)
+        assert [(r.epoch, r.n_devices, r.method) for r in records] == [
+            (1, k, "split by hand"),
+            (2, k, "split by hand"),
+        ]
+        assert all(
+            isinstance(r, Record) and r.profile == "ci" and r.sec_per_epoch > 0 for r in records
+        )
         assert all(abs(r.samples_per_sec * r.sec_per_epoch - 640) < 1e-6 for r in records)
         for p, p_ref in zip(net.parameters(), reference.parameters()):
             torch.testing.assert_close(p, p_ref, rtol=1e-4, atol=1e-5)
@@ -308,7 +357,14 @@ def test_train_records_epochs_and_matches_single_device_training(small_sample):
 def test_train_rejects_zero_epochs(small_sample):
     train_set, test_set = small_sample
     with pytest.raises(ValueError, match="epochs must be an integer >= 1"):
-        train(lenet(), DeviceLoader(train_set, 64), DeviceLoader(test_set, 250), cpus(2), epochs=0, lr=0.1)
+        train(
+            lenet(),
+            DeviceLoader(train_set, 64),
+            DeviceLoader(test_set, 250),
+            cpus(2),
+            epochs=0,
+            lr=0.1,
+        )
 
 
 # --- on a GPU: the same split as d2l ---------------------------------------------------
@@ -327,7 +383,7 @@ def test_split_batch_agrees_with_d2l_on_gpu(n):
     ours, theirs = split_batch(X, y, devices), d2l.split_batch(X, y, devices)
     for mine, d2ls in zip(ours, theirs):
         assert torch.equal(torch.cat([s.cpu() for s in mine]), torch.cat([s.cpu() for s in d2ls]))
-        assert [s.device for s in mine] == [s.device for s in d2ls] == devices[:len(d2ls)]
+        assert [s.device for s in mine] == [s.device for s in d2ls] == devices[: len(d2ls)]
         if n % 3 == 0:  # even: the same shards
             assert all(torch.equal(a, b) for a, b in zip(mine, d2ls))
         else:  # uneven: d2l cuts like torch.chunk ([4, 4, 2]), we cut [4, 3, 3]

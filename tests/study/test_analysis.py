@@ -10,7 +10,17 @@ pytestmark = pytest.mark.ch7
 
 def rec(method, k, seed, epoch, acc, secs, n=1000, precision="fp32"):
     return StudyRecord(
-        method, k, epoch, acc, secs, n / secs, 1.0, "hw", "ci", precision=precision, seed=seed,
+        method,
+        k,
+        epoch,
+        acc,
+        secs,
+        n / secs,
+        1.0,
+        "hw",
+        "ci",
+        precision=precision,
+        seed=seed,
         global_batch=64,
     )
 
@@ -49,13 +59,19 @@ def test_reference_gets_no_speedup():
 
 
 def test_a_speedup_carries_the_range_its_slowest_and_fastest_epochs_allow():
-    records = [rec("m", 1, 0, 1, 0.5, 2.0), rec("m", 1, 0, 2, 0.5, 2.2),
-               rec("m", 2, 0, 1, 0.5, 1.0), rec("m", 2, 0, 2, 0.5, 1.1)]
+    records = [
+        rec("m", 1, 0, 1, 0.5, 2.0),
+        rec("m", 1, 0, 2, 0.5, 2.2),
+        rec("m", 2, 0, 1, 0.5, 1.0),
+        rec("m", 2, 0, 2, 0.5, 1.1),
+    ]
     one, two = aggregate(records)
     assert (one.sec_min, one.sec_max) == (2.0, 2.2) and (two.sec_min, two.sec_max) == (1.0, 1.1)
     assert two.speedup == pytest.approx(2.1 / 1.05)
-    assert two.speedup_min == pytest.approx(2.0 / 1.1) and two.speedup_max == pytest.approx(2.2 / 1.0)
-    assert not two.noisy  # 1.82..2.2 is further from 1 than it is wide
+    assert two.speedup_min == pytest.approx(2.0 / 1.1) and two.speedup_max == pytest.approx(
+        2.2 / 1.0
+    )
+    assert not two.noisy  # every pairing of epochs, 1.82..2.2, is above 1
     assert not one.noisy  # the base: its speed-up is 1 by definition
     row = table([one, two]).splitlines()[2]
     assert "[1.00-1.10]" in row and row.endswith("100%  fp32")
@@ -63,10 +79,14 @@ def test_a_speedup_carries_the_range_its_slowest_and_fastest_epochs_allow():
 
 def test_a_speedup_made_by_one_slow_epoch_is_marked_noise_not_printed_as_an_efficiency():
     # the case: one 1-device epoch slowed by load (3.8 s against 0.35 s)
-    records = [rec("internals", 1, 0, 1, 0.5, 0.35), rec("internals", 1, 0, 2, 0.5, 3.8),
-               rec("internals", 2, 0, 1, 0.5, 0.33), rec("internals", 2, 0, 2, 0.5, 0.32)]
+    records = [
+        rec("internals", 1, 0, 1, 0.5, 0.35),
+        rec("internals", 1, 0, 2, 0.5, 3.8),
+        rec("internals", 2, 0, 1, 0.5, 0.33),
+        rec("internals", 2, 0, 2, 0.5, 0.32),
+    ]
     _, two = aggregate(records)
-    assert two.speedup > 6 and two.noisy and two.flag == "over N"  # 6x on 2 devices
+    assert two.speedup > 6 and two.flag == "over N"  # 6x on 2 devices
     text = table([two]).splitlines()
     assert text[1].endswith("over N  fp32") and "%" not in text[1]
     assert f"({two.speedup:.2f})" in text[1]  # the discredited value, in parentheses
@@ -74,9 +94,13 @@ def test_a_speedup_made_by_one_slow_epoch_is_marked_noise_not_printed_as_an_effi
 
 
 @pytest.mark.parametrize("slow, expected", [(1.3, "noise"), (0.65, "")])
-def test_noise_is_a_range_that_reaches_back_to_1(slow, expected):
-    records = [rec("m", 1, 0, 1, 0.5, 1.0), rec("m", 1, 0, 2, 0.5, 1.0),
-               rec("m", 2, 0, 1, 0.5, 0.6), rec("m", 2, 0, 2, 0.5, slow)]
+def test_noise_is_a_range_that_crosses_1(slow, expected):
+    records = [
+        rec("m", 1, 0, 1, 0.5, 1.0),
+        rec("m", 1, 0, 2, 0.5, 1.0),
+        rec("m", 2, 0, 1, 0.5, 0.6),
+        rec("m", 2, 0, 2, 0.5, slow),
+    ]
     _, two = aggregate(records)
     assert two.flag == expected
     assert table([two]).count("noise:") == (expected == "noise")
@@ -99,8 +123,9 @@ def test_one_seed_prints_no_standard_deviation():
 
 def test_the_speedup_base_is_the_1_device_run_on_the_same_batch():
     def run(k, batch, secs, scaling="strong"):
-        return StudyRecord("m", k, 1, 0.5, secs, 1000 / secs, 1.0, "hw", "ci",
-                           global_batch=batch, scaling=scaling)
+        return StudyRecord(
+            "m", k, 1, 0.5, secs, 1000 / secs, 1.0, "hw", "ci", global_batch=batch, scaling=scaling
+        )
 
     points = aggregate([run(1, 16, 4.0), run(1, 64, 1.0), run(2, 16, 2.0), run(2, 64, 2.0)])
     speedup = {(p.n_devices, p.global_batch): p.speedup for p in points}
@@ -110,8 +135,19 @@ def test_the_speedup_base_is_the_1_device_run_on_the_same_batch():
 
 def test_weak_scaling_speedup_is_against_one_device_on_the_per_device_batch():
     def run(k, batch, secs):
-        return StudyRecord("m", k, 1, 0.5, secs, batch * 10 / secs, 1.0, "hw", "ci",
-                           global_batch=batch, scaling="weak")
+        return StudyRecord(
+            "m",
+            k,
+            1,
+            0.5,
+            secs,
+            batch * 10 / secs,
+            1.0,
+            "hw",
+            "ci",
+            global_batch=batch,
+            scaling="weak",
+        )
 
     one, two, lonely = aggregate([run(1, 64, 1.0), run(2, 128, 1.0), run(4, 512, 1.0)])
     assert two.speedup == pytest.approx(2.0) and two.efficiency == pytest.approx(1.0)
@@ -120,18 +156,30 @@ def test_weak_scaling_speedup_is_against_one_device_on_the_per_device_batch():
 
 
 def test_a_comparison_in_two_precisions_is_refused_unless_asked_for():
-    records = [rec("m", 1, 0, 1, 0.5, 2.0), rec("m", 2, 0, 1, 0.5, 1.0),
-               rec("m", 1, 0, 1, 0.6, 1.0, precision="bf16, channels_last"),
-               rec("m", 2, 0, 1, 0.6, 0.8, precision="bf16, channels_last")]
-    with pytest.raises(ValueError, match=r"mix precisions \['bf16, channels_last', 'fp32'\].*"
-                                         r"mix_precisions=True"):
+    records = [
+        rec("m", 1, 0, 1, 0.5, 2.0),
+        rec("m", 2, 0, 1, 0.5, 1.0),
+        rec("m", 1, 0, 1, 0.6, 1.0, precision="bf16, channels_last"),
+        rec("m", 2, 0, 1, 0.6, 0.8, precision="bf16, channels_last"),
+    ]
+    with pytest.raises(
+        ValueError,
+        match=r"mix precisions \['bf16, channels_last', 'fp32'\].*"
+        r"mix_precisions=True",
+    ):
         aggregate(records)
     assert one_precision(records[:2]) == ["fp32"]
     points = aggregate(records, mix_precisions=True)
     # one point per precision, each with the speed-up over 1 device in its own precision
     speedup = {(p.precision, p.n_devices): p.speedup for p in points}
-    assert speedup == pytest.approx({("bf16, channels_last", 1): 1.0, ("bf16, channels_last", 2): 1.25,
-                                     ("fp32", 1): 1.0, ("fp32", 2): 2.0})
-    rows = table(points).splitlines()[:len(points) + 1]  # then what the flags mean
+    assert speedup == pytest.approx(
+        {
+            ("bf16, channels_last", 1): 1.0,
+            ("bf16, channels_last", 2): 1.25,
+            ("fp32", 1): 1.0,
+            ("fp32", 2): 2.0,
+        }
+    )
+    rows = table(points).splitlines()[: len(points) + 1]  # then what the flags mean
     assert rows[0].endswith("precision")
     assert [row.split("  ")[-1] for row in rows[1:]] == [p.precision for p in points]

@@ -20,7 +20,10 @@ def test_crossing_interpolates_and_reports_the_ends():
 def test_prediction_on_exact_synthetic_timings():
     """Times made by the model itself: the fit recovers it, prediction equals measurement."""
     alpha, beta, c0, c1, p = 1e-4, 1e-9, 2e-4, 1e-5, 2
-    ring = lambda n: 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta
+
+    def ring(n):
+        return 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta
+
     batches = [1, 4, 16, 64, 256]
     parts = Parts(
         p,
@@ -49,10 +52,13 @@ def test_measure_runs_on_two_processes():
         measure(1, "lenet", [1])
 
 
-@pytest.mark.parametrize("measured, predicted, lines", [
-    (0.0, 0.0, ([1, 1], "below 1", "below 1")),
-    (12.0, None, ([12.0, 256], "b = 12", "beyond 256")),
-])
+@pytest.mark.parametrize(
+    "measured, predicted, lines",
+    [
+        (0.0, 0.0, ([1, 1], "below 1", "below 1")),
+        (12.0, None, ([12.0, 256], "b = 12", "beyond 256")),
+    ],
+)
 def test_the_breakeven_plot_draws_both_lines_and_says_where_they_are(measured, predicted, lines):
     import matplotlib
 
@@ -61,8 +67,13 @@ def test_the_breakeven_plot_draws_both_lines_and_says_where_they_are(measured, p
 
     batches = [1, 4, 16, 64, 256]
     parts = Parts(2, batches, [1e-3 * b for b in batches], 1000, 2e-3, [10], [1e-3])
-    found = {"c0": 0.0, "c1": 1e-3, "predicted_comm": 2e-3,
-             "measured_b": measured, "predicted_b": predicted}
+    found = {
+        "c0": 0.0,
+        "c1": 1e-3,
+        "predicted_comm": 2e-3,
+        "measured_b": measured,
+        "predicted_b": predicted,
+    }
     ax = plot_breakeven(parts, found).axes[0]
     vertical = [ln for ln in ax.lines if len(set(ln.get_xdata())) == 1]
     assert [ln.get_xdata()[0] for ln in vertical] == lines[0]

@@ -59,11 +59,14 @@ def test_plan_strong_and_weak(data):
 def test_plan_gives_every_run_one_precision(data):
     runs = plan(["split", "ddp"], [1, 2], [0], data=data, model="lenet", batch=64, lr=0.1, epochs=1)
     assert {s.precision for _, s in runs} == {"fp32"}
-    runs = plan(["ddp"], [1, 2], [0], data=data, model="lenet", batch=64, lr=0.1, epochs=1,
-                precision="bf16")
+    runs = plan(
+        ["ddp"], [1, 2], [0], data=data, model="lenet", batch=64, lr=0.1, epochs=1, precision="bf16"
+    )
     assert [s.precision for _, s in runs] == ["bf16", "bf16"]
     with pytest.raises(ValueError, match="precision"):
-        plan(["ddp"], [1], [0], data=data, model="lenet", batch=64, lr=0.1, epochs=1, precision="fp8")
+        plan(
+            ["ddp"], [1], [0], data=data, model="lenet", batch=64, lr=0.1, epochs=1, precision="fp8"
+        )
 
 
 def test_tiny_real_study_1_vs_2_devices_round_trips(data, tmp_path, capsys):
@@ -73,7 +76,9 @@ def test_tiny_real_study_1_vs_2_devices_round_trips(data, tmp_path, capsys):
     records = run_study(runs, path=tmp_path / "s", progress=False, log_lines=True)
     lines = capsys.readouterr().err.splitlines()
     assert [line.split(", seed")[0] for line in lines] == [
-        "run 1/2 done: ddp, 1 device(s)", "run 2/2 done: ddp, 2 device(s)"]
+        "run 1/2 done: ddp, 1 device(s)",
+        "run 2/2 done: ddp, 2 device(s)",
+    ]
     assert [(r.method, r.n_devices, r.epoch) for r in records] == [("ddp", 1, 1), ("ddp", 2, 1)]
     # DDP on LeNet at 2 processes computes what 1 does: the same training loss
     assert math.isclose(records[0].train_loss, records[1].train_loss, rel_tol=1e-4)

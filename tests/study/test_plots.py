@@ -7,12 +7,12 @@ from companion.study.plots import plot_lr_scaling, plot_speedup, plot_study
 pytestmark = pytest.mark.ch7
 
 
-
 def legend_of(fig):
     """The figure's one legend, under the axes (no legend box inside an axes: it would
     hide data), and no axes keeps a legend of its own."""
     assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
     return fig.legends[0]
+
 
 def test_plots_show_every_method_and_the_ideal_line():
     import matplotlib
@@ -54,8 +54,19 @@ def test_plots_name_the_precision_and_refuse_two_unless_asked():
 
     matplotlib.use("Agg")
     records = [
-        StudyRecord("a", k, 1, 0.5, 1.0 / k, 100.0 * k, 1.0, "hw", "ci", precision=precision,
-                    global_batch=64)
+        StudyRecord(
+            "a",
+            k,
+            1,
+            0.5,
+            1.0 / k,
+            100.0 * k,
+            1.0,
+            "hw",
+            "ci",
+            precision=precision,
+            global_batch=64,
+        )
         for k in (1, 2)
         for precision in ("fp32", "bf16")
     ]
@@ -72,7 +83,9 @@ def test_plots_name_the_precision_and_refuse_two_unless_asked():
     assert {t.get_text() for t in legend_of(fig).get_texts()} == {"ideal", "a"}
     fig = plot_lr_scaling(points, mix_precisions=True)
     assert {t.get_text() for t in legend_of(fig).get_texts()} == {
-        "lr rule: none (fp32)", "lr rule: none (bf16)"}
+        "lr rule: none (fp32)",
+        "lr rule: none (bf16)",
+    }
 
 
 def test_the_accuracy_axis_is_not_zoomed_into_a_small_spread():
@@ -88,8 +101,10 @@ def test_the_accuracy_axis_is_not_zoomed_into_a_small_spread():
     near_one = [StudyRecord("a", 1, 1, 0.995, 1.0, 100.0, 1.0, "hw", "ci", global_batch=64)]
     low, high = plot_study(aggregate(near_one)).axes[0].get_ylim()
     assert high <= 1.0 and high - low >= 0.2 - 1e-9
-    wide = [StudyRecord("a", 1, 1, acc, 1.0, 100.0, 1.0, "hw", "ci", global_batch=64, seed=seed)
-            for seed, acc in enumerate((0.3, 0.6, 0.9))]
+    wide = [
+        StudyRecord("a", 1, 1, acc, 1.0, 100.0, 1.0, "hw", "ci", global_batch=64, seed=seed)
+        for seed, acc in enumerate((0.3, 0.6, 0.9))
+    ]
     low, high = plot_study(aggregate(wide)).axes[0].get_ylim()
     assert low < 0.3 and high > 0.9, "the caps of the widest bar sit inside the axes"
 
@@ -98,7 +113,20 @@ def test_an_efficiency_above_1_1_stays_on_the_axis():
     import matplotlib
 
     matplotlib.use("Agg")
-    records = [StudyRecord("a", k, 1, 0.5, 1.0 / k, 100.0 * k * (1.3 if k > 1 else 1), 1.0, "hw",
-                           "ci", global_batch=64) for k in (1, 2)]
+    records = [
+        StudyRecord(
+            "a",
+            k,
+            1,
+            0.5,
+            1.0 / k,
+            100.0 * k * (1.3 if k > 1 else 1),
+            1.0,
+            "hw",
+            "ci",
+            global_batch=64,
+        )
+        for k in (1, 2)
+    ]
     fig = plot_speedup(aggregate(records))
     assert fig.axes[1].get_ylim()[1] > 1.3  # efficiency 1.3 at 2 devices

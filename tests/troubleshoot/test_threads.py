@@ -2,8 +2,8 @@
 
 import pytest
 
-from companion.runtime.group import threads_per_worker
 from companion.core.devices import cpu_cores
+from companion.runtime.group import threads_per_worker
 from companion.troubleshoot.threads import oversubscription
 
 pytestmark = pytest.mark.ch8
@@ -14,7 +14,9 @@ def test_every_core_against_a_share_of_the_cores():
     assert found["every core"]["threads per worker"] == cpu_cores()
     assert found["every core"]["threads in all"] == 2 * cpu_cores()
     assert (
-        found["cores // N"]["threads per worker"] == threads_per_worker(2) == max(1, cpu_cores() // 2)
+        found["cores // N"]["threads per worker"]
+        == threads_per_worker(2)
+        == max(1, cpu_cores() // 2)
     )
     assert all(v["seconds"] > 0 for v in found.values())
 

@@ -1,0 +1,223 @@
+"""Noise: when a ratio of two timings can be read, and the book's speed targets, in one place.
+
+Used in: every benchmark (``python -m companion.bench ...``), the study (chapter 7), and the
+chapters that print a benchmark's verdict.
+
+A time measured on a shared machine moves with whatever else runs there: on the book's
+2-core CI machine one LeNet epoch took 0.24 s when the machine was quiet and 1.9-14.7 s
+beside other work. So every comparison of two timings in this package is made the same way:
+
+* the two sides take turns in each round, and who goes first rotates from round to round;
+  each round gives one *paired* ratio (side A's time over side B's, both from that round);
+* the ratio reported is the median of the rounds' ratios, with their lowest and highest
+  (:class:`Ratio`);
+* :func:`judge` reads it against a reference value, a target from :data:`TARGETS` or 1
+  ("which side is faster"). It says ``met`` or ``missed`` (``below`` or ``above`` for 1)
+  only when every round's ratio lies on the same side of the reference and the machine was
+  quiet. Otherwise the verdict is ``noise``, with its reason: re-run on a quiet machine.
+
+The machine counts as busy (:class:`Load`) when its 1-minute load average was above
+``cores - 1`` before the measurement, or, after it, above ``cores - 1`` plus the busy
+processes the measurement ran itself.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .checks import check_choice, check_int, check_positive
+from .devices import cpu_cores
+
+__all__ = [
+    "rotated",
+    "Ratio",
+    "paired_ratio",
+    "Target",
+    "TARGETS",
+    "Load",
+    "LoadWatch",
+    "load_average",
+    "Verdict",
+    "judge",
+    "NOISE_RULE",
+]
+
+NOISE_RULE = (
+    "noise: the rounds' ratios fall on both sides of the value they are judged against, or "
+    "the machine was busy (1-minute load average above cores - 1 before, or above cores - 1 "
+    "plus the measurement's own processes after): re-run on a quiet machine"
+)
+
+
+def rotated(items: Sequence, r: int) -> list:
+    """``items`` in the order of round ``r``: who goes first rotates from round to round."""
+    if not items:
+        raise ValueError("nothing to rotate: give the sides that take turns")
+    k = r % len(items)
+    return [*items[k:], *items[:k]]
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """The median of per-round ratios, with the lowest and the highest round."""
+
+    median: float
+    low: float
+    high: float
+    rounds: int
+
+    @classmethod
+    def of(cls, ratios: Sequence[float]) -> Ratio:
+        values = [float(r) for r in ratios]
+        if not values or not all(math.isfinite(r) and r > 0 for r in values):
+            raise ValueError(
+                f"a ratio needs one or more positive, finite per-round values, got {values}"
+            )
+        return cls(statistics.median(values), min(values), max(values), len(values))
+
+    def __format__(self, spec: str) -> str:
+        """``f"{ratio:.3f}"``: the median and the range, each formatted with the spec."""
+        spec = spec or ".2f"
+        if self.rounds == 1:
+            return f"{self.median:{spec}} (1 round)"
+        return f"{self.median:{spec}} (rounds {self.low:{spec}}-{self.high:{spec}})"
+
+    def __str__(self) -> str:
+        return format(self, "")
+
+
+def paired_ratio(numerator: Sequence[float], denominator: Sequence[float]) -> Ratio:
+    """:class:`Ratio` of ``numerator[r] / denominator[r]`` over rounds ``r`` (same length)."""
+    if len(numerator) != len(denominator):
+        raise ValueError(
+            f"paired rounds need as many times on each side, got {len(numerator)} and "
+            f"{len(denominator)}: time both sides in every round"
+        )
+    if any(d <= 0 for d in denominator):
+        raise ValueError(f"times must be positive, got {list(denominator)}")
+    return Ratio.of([a / b for a, b in zip(numerator, denominator)])
+
+
+@dataclass(frozen=True)
+class Target:
+    """A speed target of the book: ``what`` compared ``op`` ``value``, where it is measured."""
+
+    what: str
+    op: str  # "<=": at most, ">=": at least
+    value: float
+    where: str
+
+    def __post_init__(self):
+        check_choice(self.op, "op", ("<=", ">="))
+
+    def met_by(self, x: float) -> bool:
+        return x <= self.value if self.op == "<=" else x >= self.value
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.value:g}"
+
+
+# The book's speed targets, the one table every benchmark and chapter reads (chapter 3 prints
+# it, each benchmark's --help states its own). Each is measured as paired per-round ratios.
+TARGETS: dict[str, Target] = {
+    "allreduce": Target(
+        "pipelined ring / dist.all_reduce, bus bandwidth, 16 and 64 MiB, 2 processes",
+        ">=", 0.95, "bench allreduce, chapter 3",
+    ),
+    "loop": Target(
+        "loop efficiency, batches resident on the device (cpu profile, its batch size)",
+        ">=", 0.98, "bench loop, chapter 1",
+    ),
+    "split": Target(
+        "foreach split step on 2 virtual CPU devices / one-device step (ci profile)",
+        "<=", 1.10, "bench split, chapter 2",
+    ),
+    "ddp": Target(
+        "DDP step / no-communication step, 2 processes (the profile's model and batch)",
+        "<=", 1.10, "bench ddp, chapter 5",
+    ),
+    "internals": Target(
+        "BucketedDDP step / torch DDP step, 2 processes",
+        "<=", 1.0, "bench internals, chapter 6",
+    ),
+    "sharding": Target(
+        "hand-written ZeRO-3 step / FSDP2 step, 2 processes",
+        "<=", 1.25, "bench sharding, chapter 9",
+    ),
+    "baseline": Target(
+        "GPU only: a ResNet-18 epoch with chapter 1's fast baseline / with d2l's loop",
+        "<=", 0.6, "bench baseline, chapter 1",
+    ),
+}  # fmt: skip
+
+
+def load_average() -> float:
+    """The 1-minute load average (``nan`` where the OS reports none)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return math.nan
+
+
+@dataclass(frozen=True)
+class Load:
+    """The load average before and after a measurement that ran ``own`` busy processes."""
+
+    before: float
+    after: float
+    cores: int
+    own: int
+
+    @property
+    def busy(self) -> bool:
+        spare = self.cores - 1
+        return self.before > spare or self.after > spare + self.own
+
+    def __str__(self) -> str:
+        return f"load average {self.before:.1f} before, {self.after:.1f} after ({self.cores} cores)"
+
+
+class LoadWatch:
+    """``watch = LoadWatch(own)`` before a measurement, ``watch.done()`` after it."""
+
+    def __init__(self, own: int = 1):
+        self.own = check_int(own, "own", 1)
+        self.before = load_average()
+
+    def done(self) -> Load:
+        return Load(self.before, load_average(), cpu_cores(), self.own)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """``word``: met, missed, below, above or noise; ``why``: the reason for noise."""
+
+    word: str
+    why: str = ""
+
+    @property
+    def noise(self) -> bool:
+        return self.word == "noise"
+
+    def __str__(self) -> str:
+        return f"noise ({self.why}): re-run on a quiet machine" if self.noise else self.word
+
+
+def judge(ratio: Ratio, against: Target | float, load: Load | None = None) -> Verdict:
+    """The verdict on ``ratio`` against a target or a plain reference value (see the module)."""
+    if not isinstance(against, Target):
+        check_positive(against, "against", "a Target from TARGETS, or 1 for which side is faster")
+    value = against.value if isinstance(against, Target) else float(against)
+    if load is not None and load.busy:
+        return Verdict("noise", f"busy machine, {load}")
+    if ratio.rounds < 2:
+        return Verdict("noise", "one round, no spread")
+    if ratio.low <= value <= ratio.high:
+        return Verdict("noise", f"rounds on both sides of {value:g}")
+    if isinstance(against, Target):
+        return Verdict("met" if against.met_by(ratio.median) else "missed")
+    return Verdict("below" if ratio.median < value else "above")

@@ -1,0 +1,84 @@
+"""The one noise rule (companion.core.noise): paired per-round ratios, the verdict against a
+target or against 1, and the busy-machine rule; each branch can be reached."""
+
+import math
+
+import pytest
+
+from companion.core.noise import (
+    TARGETS,
+    Load,
+    LoadWatch,
+    Ratio,
+    Target,
+    judge,
+    load_average,
+    paired_ratio,
+)
+
+AT_MOST = Target("a / b", "<=", 1.10, "a test")
+AT_LEAST = Target("a / b", ">=", 0.95, "a test")
+QUIET = Load(before=0.2, after=2.1, cores=2, own=2)
+
+
+def test_a_ratio_is_the_median_of_the_rounds_paired_ratios():
+    r = paired_ratio([2.0, 3.0, 9.0], [1.0, 2.0, 3.0])  # per round: 2.0, 1.5, 3.0
+    assert (r.median, r.low, r.high, r.rounds) == (2.0, 1.5, 3.0, 3)
+    assert str(r) == "2.00 (rounds 1.50-3.00)"
+    assert str(Ratio.of([0.5])) == "0.50 (1 round)"
+    assert f"{r:.3f}" == "2.000 (rounds 1.500-3.000)"  # a cell's format spec shows the range too
+
+
+def test_met_and_missed_need_every_round_on_one_side_of_the_target():
+    assert str(judge(Ratio.of([1.0, 1.02, 1.05]), AT_MOST, QUIET)) == "met"
+    assert str(judge(Ratio.of([1.2, 1.3, 1.25]), AT_MOST, QUIET)) == "missed"
+    assert str(judge(Ratio.of([0.97, 0.99, 0.98]), AT_LEAST, QUIET)) == "met"
+    crossing = judge(Ratio.of([1.0, 1.05, 1.2]), AT_MOST, QUIET)
+    assert crossing.noise and str(crossing) == (
+        "noise (rounds on both sides of 1.1): re-run on a quiet machine"
+    )
+
+
+def test_against_one_the_verdict_says_which_side_is_faster():
+    assert str(judge(Ratio.of([0.6, 0.7, 0.8]), 1.0)) == "below"
+    assert str(judge(Ratio.of([1.3, 1.4, 1.5]), 1.0)) == "above"
+    assert judge(Ratio.of([0.9, 1.1, 1.0]), 1.0).noise
+
+
+def test_one_round_or_a_busy_machine_is_noise_whatever_the_ratio():
+    assert "one round" in judge(Ratio.of([0.5]), AT_MOST, QUIET).why
+    busy_before = Load(before=1.5, after=1.0, cores=2, own=2)
+    assert busy_before.busy and "busy" in judge(Ratio.of([0.5, 0.6]), AT_MOST, busy_before).why
+    # after a 2-process measurement on 2 cores, a load of 3 is the measurement itself
+    assert not Load(before=0.5, after=3.0, cores=2, own=2).busy
+    assert Load(before=0.5, after=3.1, cores=2, own=2).busy
+    assert str(busy_before) == "load average 1.5 before, 1.0 after (2 cores)"
+
+
+def test_the_targets_table_is_well_formed():
+    assert {"allreduce", "loop", "split", "ddp", "internals", "sharding", "baseline"} <= set(
+        TARGETS
+    )
+    for target in TARGETS.values():
+        assert target.op in ("<=", ">=") and target.value > 0 and target.where.startswith("bench")
+        assert target.met_by(target.value)
+
+
+def test_the_load_watch_reads_the_os():
+    load = LoadWatch(own=2).done()
+    assert load.own == 2 and load.cores >= 1
+    assert math.isnan(load_average()) or load_average() >= 0
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: Ratio.of([]), "one or more positive, finite"),
+        (lambda: Ratio.of([1.0, math.nan]), "one or more positive, finite"),
+        (lambda: paired_ratio([1.0], [1.0, 2.0]), "as many times on each side"),
+        (lambda: paired_ratio([1.0], [0.0]), "times must be positive"),
+    ],
+)
+def test_bad_measurements_are_refused(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
