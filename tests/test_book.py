@@ -85,6 +85,14 @@ def test_outputs_are_committed_fresh_and_clean(nb_path):
 
 
 @pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_cell_has_an_id(nb_path):
+    """nbformat 4.5: a cell added by hand without an id warns under nbval now (CI19 showed a
+    MissingIDFieldWarning for one) and will be an error in later nbformat versions."""
+    missing = [i for i, cell in enumerate(load(nb_path)["cells"]) if "id" not in cell]
+    assert not missing, f"cells without an id: {missing}: give each one (nbformat's normalize)"
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebooks_show_package_code_instead_of_retyping_it(nb_path):
     package_names = set()
     for f in Path(companion.__file__).parent.rglob("*.py"):
