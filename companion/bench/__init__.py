@@ -162,6 +162,11 @@ def take_turns(sides: dict, batches, r: int, devices, seen: dict) -> None:
             seen[name].append(time.perf_counter() - start)
 
 
+def round_medians(seconds: list[float], steps: int) -> list[float]:
+    """The median of each round's ``steps`` times, from the list :func:`take_turns` fills."""
+    return [statistics.median(seconds[i : i + steps]) for i in range(0, len(seconds), steps)]
+
+
 def available() -> list[str]:
     """Names of the benchmarks in this package."""
     import pkgutil

@@ -31,7 +31,7 @@ from ..core.noise import Load, Ratio, judge, paired_ratio
 from ..core.profiles import get_profile
 from ..core.training import set_seed, train_step
 from ..dataparallel.rebuild import DataParallelByHand
-from . import bench_parser, measure_and_report, take_turns
+from . import bench_parser, measure_and_report, round_medians, take_turns
 
 BATCH_SIZES = (8, 32, 128, 512)
 
@@ -108,14 +108,11 @@ def measure(
         for b, (sides, batches) in setups.items():
             take_turns(sides, batches, r, devices, seen[b])
 
-    def each_round(s: list[float]) -> list[float]:
-        return [statistics.median(s[r * steps : (r + 1) * steps]) for r in range(rounds)]
-
     return [
         SweepRow(
             b,
             {name: statistics.median(s) for name, s in seen[b].items()},
-            {name: each_round(s) for name, s in seen[b].items()},
+            {name: round_medians(s, steps) for name, s in seen[b].items()},
         )
         for b in batch_sizes
     ]

@@ -49,7 +49,7 @@ from ..split.naive import (
     split_batch,
     train_batch,
 )
-from . import bench_parser, measure_and_report, take_turns, time_median
+from . import bench_parser, measure_and_report, round_medians, take_turns, time_median
 
 PHASES = ("split_batch", "forward_backward", "allreduce_grads", "sgd")
 VERSIONS = {
@@ -134,13 +134,9 @@ def measure(
             spent = phase_times(batches, timed[version], devices, profile.lr, version)
             for name, secs in spent.items():
                 phases[version][name] += secs
-    n = len(batches)
     return SplitTimes(
         step={name: statistics.median(secs) for name, secs in seen.items()},
-        per_round={
-            name: [statistics.median(secs[r * n : (r + 1) * n]) for r in range(rounds)]
-            for name, secs in seen.items()
-        },
+        per_round={name: round_medians(secs, len(batches)) for name, secs in seen.items()},
         phases={
             version: {name: statistics.median(secs) for name, secs in spent.items()}
             for version, spent in phases.items()
