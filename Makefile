@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 NOTEBOOKS := $(wildcard book/*.ipynb)
 
-.PHONY: book test lint notebooks profile-check colab-wheel colab-test colab-check gpu-check gpu-here gpu-check-tests gpu-check-notebooks gpu-check-fp16 clean
+.PHONY: book test lint notebooks profile-check colab-wheel colab-test colab-check gpu-check gpu-check-quick gpu-here gpu-check-tests gpu-check-notebooks gpu-check-fp16 clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,21 @@ gpu-check-tests: gpu-here
 
 gpu-check-notebooks: gpu-here
 	BOOK_PROFILE=gpu BOOK_DATA=$(GPU_CHECK_DATA) $(BIN)/python .ci/execute_notebooks.py --jobs $(GPU_CHECK_JOBS) --progress _build/gpu-check $(NOTEBOOKS)
+
+# What fits a short GPU lease (one H100, 16 cores; the full gpu-check does not fit in
+# 15 minutes): the test suite under pytest-xdist, each of GPU_QUICK_WORKERS workers on its
+# own slice of the cores (tests/conftest.py), every test named as it ends (-v: a run cut
+# off by a time limit still says what failed), then every chapter under the ci profile on
+# the GPU, four at a time, each self-check as in the committed (CPU) run. Both always run.
+GPU_QUICK_WORKERS ?= 8
+gpu-check-quick: gpu-here
+	mkdir -p _build
+	BOOK_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider -v -rfE -n $(GPU_QUICK_WORKERS) \
+	  --dist loadfile tests > _build/gpu-check-quick-tests.log 2>&1; tests=$$?; \
+	  grep -E "(FAILED|ERROR) tests/" _build/gpu-check-quick-tests.log | sort -u; tail -1 _build/gpu-check-quick-tests.log; \
+	  BOOK_PROFILE=ci $(BIN)/python .ci/execute_notebooks.py --same-checks --jobs 4 --progress \
+	  _build/gpu-check-ci $(NOTEBOOKS); chapters=$$?; \
+	  echo "tests exit $$tests, chapters exit $$chapters"; test $$tests = 0 -a $$chapters = 0
 
 # The gpu profile as it runs on Colab's T4 (fp16 with a loss scaler, no bf16),
 # on whatever GPU this is.

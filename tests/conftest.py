@@ -17,6 +17,29 @@ def pytest_configure(config):
     """nbval's kernels exit as a reader's Jupyter kernel does, into a folder of their own."""
     _nbval_kernels_exit_cleanly()
     _installed_package_if_asked()
+    _xdist_worker_owns_its_cores()
+
+
+def _xdist_worker_owns_its_cores() -> None:
+    """Under pytest-xdist (``make gpu-check-quick``: ``-n 8`` on 16 cores) each worker
+    runs on its own slice of the cores, as if it were a machine of that size.
+
+    Without it every worker's torch takes every core and every launched rank takes
+    ``cores // world_size`` threads: on 16 cores, 8 workers would run about 128
+    threads, and a test's time limit would measure the crowd, not the test. The
+    launched ranks inherit the slice (``core.devices.cpu_cores`` reads the affinity).
+    """
+    worker, count = (
+        os.environ.get("PYTEST_XDIST_WORKER"),
+        os.environ.get("PYTEST_XDIST_WORKER_COUNT"),
+    )
+    if not worker or not count or not hasattr(os, "sched_setaffinity"):
+        return
+    cores, n, i = sorted(os.sched_getaffinity(0)), int(count), int(worker.removeprefix("gw"))
+    share = max(1, len(cores) // n)
+    mine = cores[(i * share) % len(cores) :][:share] or cores[:share]
+    os.sched_setaffinity(0, mine)
+    torch.set_num_threads(len(mine))
 
 
 def _cells_get_nbvals_limit(config, items) -> None:

@@ -6,6 +6,7 @@ asks the kernel to shut down instead (as Jupyter does) and checks its private
 ``TMPDIR``; these tests run nbval on two small notebooks through that conftest.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -91,3 +92,28 @@ def test_a_cell_is_held_to_nbvals_limit_not_to_pytest_timeouts():
             Path(folder), "import time\ntime.sleep(30)", options=("--nbval-cell-timeout=3",)
         )
         assert hung.returncode != 0 and "Timeout" in hung.stdout + hung.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity on this OS")
+def test_an_xdist_worker_runs_on_its_own_slice_of_the_cores():
+    """``tests/conftest.py`` gives xdist worker ``gwI`` of ``N`` its ``cores // N`` cores
+    (at least one), and torch as many threads; a plain pytest run keeps every core."""
+    probe = (
+        "import json, os, torch; from tests.conftest import _xdist_worker_owns_its_cores; "
+        "_xdist_worker_owns_its_cores(); "
+        "print(json.dumps([sorted(os.sched_getaffinity(0)), torch.get_num_threads()]))"
+    )
+    cores = sorted(os.sched_getaffinity(0))
+    plain = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
+    for worker, count, want in (("gw1", len(cores), [cores[1 % len(cores)]]), ("gw0", 1, cores)):
+        env = {**plain, "PYTEST_XDIST_WORKER": worker, "PYTEST_XDIST_WORKER_COUNT": str(count)}
+        out = subprocess.run(
+            [sys.executable, "-c", probe],
+            env=env,
+            cwd=Path(__file__).resolve().parents[1],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+        assert json.loads(out) == [want, len(want)], (worker, count, out)
