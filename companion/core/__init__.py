@@ -1,5 +1,6 @@
 """Used by every chapter: devices, profiles, data, models, precision and TF32, one-device
-training, results, the noise rule and speed targets, listings, whole lines."""
+training and gradient clipping, results, the noise rule and speed targets, listings,
+whole lines."""
 
 # compat first: it refuses a torch older than the book's floor, with a clear message.
 from . import compat  # noqa: I001
@@ -8,6 +9,7 @@ from . import compat  # noqa: I001
 from . import (
     batches,
     checks,
+    clip,
     data,
     devices,
     figures,
@@ -27,6 +29,7 @@ from . import (
 from .batches import *  # noqa: F401,F403
 from .compat import *  # noqa: F401,F403
 from .checks import *  # noqa: F401,F403
+from .clip import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
 from .devices import *  # noqa: F401,F403
 from .figures import *  # noqa: F401,F403
@@ -57,6 +60,7 @@ __all__ = list(
             *batches.__all__,
             *models.__all__,
             *training.__all__,
+            *clip.__all__,
             *lr.__all__,
             *results.__all__,
             *noise.__all__,

@@ -46,8 +46,10 @@ class DeviceLoader:
     """Minibatches from a split held whole on ``device``, reshuffled every epoch.
 
     The split is converted and copied once; each epoch draws a permutation
-    from a generator seeded with ``seed`` (so runs repeat exactly), and each
-    minibatch is one indexing operation on the device.
+    from a generator seeded with ``seed`` (so runs repeat exactly), gathers the
+    split in that order with one indexing operation, and serves slices of it:
+    one large gather instead of a small one per minibatch (for the length of an
+    epoch the split is held twice).
     """
 
     def __init__(
@@ -71,14 +73,13 @@ class DeviceLoader:
         return n // b if self.drop_last else -(-n // b)
 
     def __iter__(self):
-        n = len(self.y)
+        X, y = self.X, self.y
         if self.shuffle:
-            order = torch.randperm(n, generator=self.generator).to(self.X.device)
-        else:
-            order = torch.arange(n, device=self.X.device)
-        for i in range(len(self)):
-            idx = order[i * self.batch_size : (i + 1) * self.batch_size]
-            yield self.X[idx], self.y[idx]
+            order = torch.randperm(len(y), generator=self.generator).to(X.device)
+            X, y = X[order], y[order]  # this epoch's order, gathered once
+        b = self.batch_size
+        for start in range(0, len(self) * b, b):
+            yield X[start : start + b], y[start : start + b]
 
 
 def load_iters(

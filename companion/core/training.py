@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from .checks import check_batch, check_instance, check_int, check_lr, check_module, check_training
+from .clip import clip_before_step
 from .devices import as_devices, gpu_indices, model_device, synchronize
 from .lines import progress_bar
 from .precision import MathMode, amp_train_step
@@ -207,6 +208,7 @@ def train(
     precision: str | None = None,
     channels_last: bool | None = None,
     lr_schedule: Callable[[int], float] | None = None,
+    clip: float | None = None,
 ) -> list[Record]:
     """Train ``net`` on one device with minibatch SGD; one :class:`Record` per epoch.
 
@@ -215,7 +217,8 @@ def train(
     recorded in every :class:`Record`; left unset, the profile's (fp32 in
     ``ci`` and ``cpu``, chapter 1's fast baseline in ``gpu``).
     ``lr_schedule(step)``, if given, is the rate of global step ``step``
-    (0, 1, ...) in place of ``lr`` (chapter 7's warm-up).
+    (0, 1, ...) in place of ``lr`` (chapter 7's warm-up). ``clip``, if given,
+    clips the gradient to that global 2-norm before every step (:func:`clip_before_step`).
 
     Each epoch is timed whole with :class:`Timer` (evaluation excluded);
     ``warmup_steps`` steps on a copy of the model run first (see
@@ -230,6 +233,8 @@ def train(
     mode = MathMode(precision, device, layout)
     mode.place(net, device)
     optimizer = torch.optim.SGD(net.parameters(), lr=lr if lr_schedule is None else lr_schedule(0))
+    if clip is not None:
+        clip_before_step(optimizer, clip)
     if warmup_steps:
         X, y = next(iter(train_iter))
         warm_up(net, X.to(device), y.to(device), lr, warmup_steps)
@@ -266,16 +271,20 @@ def flat_params(net: nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().reshape(-1).cpu() for p in net.parameters()])
 
 
-def sgd_steps(net: nn.Module, batches: Iterable, lr: float, steps: int) -> torch.Tensor:
+def sgd_steps(
+    net: nn.Module, batches: Iterable, lr: float, steps: int, clip: float | None = None
+) -> torch.Tensor:
     """``steps`` plain SGD steps on ``net``, one per ``(X, y)`` of ``batches``.
 
     The single-process reference that every parallel method is compared
     with: ``batches`` yields the *global* minibatches the parallel method
-    reads. Returns :func:`flat_params` of the result.
+    reads; ``clip`` as in :func:`train`. Returns :func:`flat_params` of the result.
     """
     check_lr(lr)
     check_int(steps, "steps", 0)
     loss_fn, optimizer = nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=lr)
+    if clip is not None:
+        clip_before_step(optimizer, clip)
     device = model_device(net)
     for _, (X, y) in zip(range(steps), batches):
         train_step(net, X.to(device), y.to(device), loss_fn, optimizer)

@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--lr", type=positive_arg(float), help="learning rate (default: the profile's)")
     add(
+        "--clip",
+        type=positive_arg(float),
+        help="clip the gradient's global 2-norm to this before each step (default: no clipping)",
+    )
+    add(
         "--scale-lr",
         action="store_true",
         help="multiply lr by N (linear scaling, for a fixed --per-rank-batch)",
@@ -174,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
             epochs=args.epochs,
             lr=args.lr,
             scale_lr=args.scale_lr,
+            clip=args.clip,
             find_unused_parameters=args.find_unused_parameters,
             precision=args.precision,
             channels_last=args.channels_last,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..core.batches import check_batch_size, rank_batch_size
-from ..core.checks import check_choice, check_int
+from ..core.checks import check_choice, check_int, check_positive
 from ..core.lr import linear_lr
 from ..core.models import MODELS
 from ..core.profiles import get_profile
@@ -38,6 +38,7 @@ class DDPConfig:
     find_unused_parameters: bool = False
     precision: str | None = None  # fp32, bf16, fp16, auto, or fp64 for checks (MathMode)
     channels_last: bool | None = None
+    clip: float | None = None  # clip the gradient's global norm to this before each step
     verbose: bool = False
 
     def resolve(self, world_size: int) -> DDPConfig:
@@ -70,6 +71,8 @@ class DDPConfig:
                 check_batch_size(getattr(self, name), name)
         if self.lr is not None:
             check_lr(self.lr)
+        if self.clip is not None:
+            check_positive(self.clip, "clip", "the largest gradient norm, or None not to clip")
         if self.global_batch is not None and self.per_rank_batch is not None:
             raise ValueError("give global_batch or per_rank_batch, not both")
         if self.model is not None:

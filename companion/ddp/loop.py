@@ -34,6 +34,7 @@ from torch.utils.data.distributed import DistributedSampler
 
 from ..core.batches import check_batch_fits
 from ..core.checks import check_data, check_lr
+from ..core.clip import clip_before_step
 from ..core.data import Data
 from ..core.devices import model_device
 from ..core.models import check_parameters, get_model
@@ -89,12 +90,15 @@ def setup_rank(
     quiet_nominal_strides(net, mode)
     warm_up(net, *next(iter(train_iter)), cfg.lr)  # on a copy: one-off costs untimed
     net = wrap(net)
+    optimizer = make_optimizer(net.parameters(), cfg.lr)
+    if cfg.clip is not None:
+        clip_before_step(optimizer, cfg.clip)  # after DDP's averaging: the global norm
     return Rank(
         method=method,
         device=device,
         train_iter=train_iter,
         net=net,
-        optimizer=make_optimizer(net.parameters(), cfg.lr),
+        optimizer=optimizer,
         evaluate=lambda model: evaluate_distributed(model, data.test, device),
         epochs=cfg.epochs,
         labels=dict(profile=cfg.profile, model=cfg.model, dataset=data.name, precision=str(mode)),

@@ -175,6 +175,7 @@ def train_reference_ddp(
     model: str | None = None,
     seed: int = 0,
     precision: str = "fp32",
+    clip: float | None = None,
 ) -> torch.Tensor:
     """One process's SGD on the global minibatches that DDP's ``world_size`` ranks read.
 
@@ -182,7 +183,8 @@ def train_reference_ddp(
     ``DistributedSampler`` share (same seed and epochs as :func:`train_ddp`)
     and takes one ordinary step on its mean loss. Returns the flat parameters.
     ``precision`` is ``"fp32"`` or ``"fp64"``, the workers' (float64 for a
-    verdict that does not depend on this process's number of threads).
+    verdict that does not depend on this process's number of threads); ``clip``
+    as in :class:`DDPConfig`.
     """
     check_data(data)
     mode = MathMode(check_exact(precision, "train_reference_ddp"), "cpu")
@@ -200,4 +202,4 @@ def train_reference_ddp(
 
     set_seed(seed)
     net = mode.place(get_model(model or get_profile(profile).model), "cpu")
-    return sgd_steps(net, global_batches(), lr, steps)
+    return sgd_steps(net, global_batches(), lr, steps, clip)

@@ -1,13 +1,14 @@
 """Chapter 9: sharded data parallelism: ZeRO-1, 2 and 3 by hand, then torch's versions.
 
-:mod:`.flat` (flat, padded shards), :mod:`.zero1` (optimizer state
+:mod:`.flat` (flat, padded shards; the units), :mod:`.zero1` (optimizer state
 sharded), :mod:`.zero2` (gradients too, reduce-scattered per bucket),
-:mod:`.zero3` (parameters too, gathered per unit; :mod:`.freed`, their stand-ins
-between steps), :mod:`.library`
+:mod:`.zero3` (parameters too, gathered per unit, cast at gather for mixed
+precision; :mod:`.freed`, their stand-ins between steps), :mod:`.library`
 (``ZeroRedundancyOptimizer``, FSDP2), :mod:`.clip` (clipping by the global norm
-of sharded gradients), :mod:`.training` (one call for every
-method), :mod:`.ledger` (bytes per collective), :mod:`.memory` (state per
-rank, formulas, the calculator), :mod:`.measure` (one measured step),
+of sharded gradients), :mod:`.scaler` (fp16's loss scaler, one found-inf flag
+for all ranks), :mod:`.training` (one call for every method), :mod:`.ledger`
+(bytes per collective), :mod:`.memory` (state per rank, formulas, the
+calculator, saved weights), :mod:`.measure` (one measured step),
 :mod:`.checkpoint` (``torch.distributed.checkpoint``, N ranks to M),
 :mod:`.timeline` (ZeRO-3's gathers, waits and reduce-scatters, drawn),
 :mod:`.verify` (every method against one process, float64).
@@ -23,6 +24,7 @@ from . import (
     library,
     measure,
     memory,
+    scaler,
     timeline,
     training,
     verify,
@@ -38,6 +40,7 @@ from .ledger import *  # noqa: F401,F403
 from .library import *  # noqa: F401,F403
 from .measure import *  # noqa: F401,F403
 from .memory import *  # noqa: F401,F403
+from .scaler import *  # noqa: F401,F403
 from .timeline import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
 from .verify import *  # noqa: F401,F403
@@ -54,6 +57,7 @@ __all__ = list(
             *zero3.__all__,
             *freed.__all__,
             *clip.__all__,
+            *scaler.__all__,
             *library.__all__,
             *training.__all__,
             *ledger.__all__,

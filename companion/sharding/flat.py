@@ -25,10 +25,10 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ..core.checks import check_int
+from ..core.checks import check_int, check_module
 from ..runtime.group import check_group
 
-__all__ = ["padded_size", "FlatShards", "check_sharding_group"]
+__all__ = ["padded_size", "FlatShards", "default_units", "check_sharding_group"]
 
 
 def padded_size(numel: int, world_size: int) -> int:
@@ -92,6 +92,23 @@ class FlatShards:
     def flat_grad(self) -> torch.Tensor:
         """The parameters' gradients, flat and padded; zeros where ``.grad`` is ``None``."""
         return self.flatten([p.grad for p in self.params])
+
+
+def default_units(net: nn.Module) -> list[nn.Module]:
+    """The top-level children of ``net`` that own trainable parameters shared with no
+    other child (a tied weight keeps both of its modules in the root)."""
+    check_module(net)
+    children = list(net.children())
+    seen: dict[nn.Parameter, int] = {}
+    for m in children:
+        for p in m.parameters():
+            seen[p] = seen.get(p, 0) + 1
+    return [
+        m
+        for m in children
+        if any(p.requires_grad for p in m.parameters())
+        and all(seen[p] == 1 for p in m.parameters())
+    ]
 
 
 def _check_layout(params: Sequence[nn.Parameter], world_size: int, rank: int) -> None:

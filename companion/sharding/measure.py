@@ -30,10 +30,17 @@ from ..core.precision import MathMode
 from ..core.training import set_seed
 from ..runtime.group import rank_device
 from .ledger import count_bytes
-from .memory import measure_state
+from .memory import measure_state, saved_weight_bytes
 from .training import METHODS, shard
+from .zero3 import Zero3
 
-__all__ = ["divisible_mlp", "state_worker", "time_worker", "bench_worker"]
+__all__ = [
+    "divisible_mlp",
+    "state_worker",
+    "saved_weights_worker",
+    "time_worker",
+    "bench_worker",
+]
 
 
 def divisible_mlp(width: int = 24, depth: int = 3) -> nn.Sequential:
@@ -96,6 +103,27 @@ def state_worker(
             "psi": psi,
             "tensors": tensors,
         }
+    return out
+
+
+def saved_weights_worker(
+    rank: int, world_size: int, width: int = 96, depth: int = 4, batch: int = 8
+) -> dict[str, int]:
+    """Worker: bytes of weights autograd still holds after one bf16 forward
+    (:func:`~.memory.saved_weight_bytes`), for ZeRO-3 under autocast alone, ZeRO-3 casting
+    at gather (``param_dtype``) and FSDP2 with its policy, each under autocast."""
+    device = rank_device()
+    mode = MathMode("bf16", device)
+    X, _ = _batch(batch, device)
+    out = {}
+    for label in ("ZeRO-3, autocast only", "ZeRO-3, cast at gather", "FSDP2, cast at gather"):
+        set_seed(0)
+        net = divisible_mlp(width, depth).to(device)
+        if label == "ZeRO-3, autocast only":
+            model, _ = net, Zero3(net, torch.optim.Adam, lr=1e-3)
+        else:
+            model, _ = shard(label.split(",")[0], net, mode=mode, lr=1e-3)
+        out[label] = saved_weight_bytes(model, X, mode.autocast())
     return out
 
 

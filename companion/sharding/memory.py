@@ -26,11 +26,14 @@ FSDP2 is ZeRO-3.
 
 :func:`measure_state` measures the same three numbers from the live
 tensors of any method (bytes of distinct storages, so a view is counted
-once and a freed buffer not at all); :func:`fits` is the calculator.
+once and a freed buffer not at all); :func:`saved_weight_bytes` counts what
+a step holds on top, the weights autograd saved during forward;
+:func:`fits` is the calculator.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -41,7 +44,14 @@ from ..core.checks import check_choice, check_int, check_module, check_positive
 from ..core.figures import headroom, legend_below
 from .freed import is_placeholder
 
-__all__ = ["BYTES_PER_PARAMETER", "formula_bytes", "measure_state", "fits", "plot_memory"]
+__all__ = [
+    "BYTES_PER_PARAMETER",
+    "formula_bytes",
+    "measure_state",
+    "saved_weight_bytes",
+    "fits",
+    "plot_memory",
+]
 
 BYTES_PER_PARAMETER = {"fp32": (4, 4, 8), "mixed": (2, 2, 12)}  # (P, G, K)
 SHARDED = {  # which of (parameters, gradients, optimizer state) are split N ways
@@ -106,6 +116,42 @@ def measure_state(model: nn.Module, optimizer: Any) -> dict[str, int]:
     }
     out["total"] = sum(out.values())
     return out
+
+
+def saved_weight_bytes(model: nn.Module, X: torch.Tensor, autocast=None) -> int:
+    """Bytes of weights that autograd saved for backward and that are still held once
+    ``model(X)`` has returned (under the ``autocast`` context, if given): the parameters
+    themselves or copies made from them (autocast's casts), one count per storage. A
+    freed ZeRO-3 or FSDP2 unit holds none. No backward runs: the graph is dropped."""
+    check_module(model, "model")
+    saved: list[torch.Tensor] = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast or nullcontext():
+        out = model(X)
+    held = _storage_bytes(t for t in saved if _from_weight(t))
+    saved.clear()  # the graph goes with out
+    del out
+    return held
+
+
+def _from_weight(t: torch.Tensor, hops: int = 3) -> bool:
+    """A parameter (a leaf that needs a gradient), or made from one by a chain of one-input
+    operations (a cast, a transpose) short enough to be a weight's copy, not an activation."""
+    if t.is_leaf:
+        return t.requires_grad
+    fn = t.grad_fn
+    for _ in range(hops):
+        inputs = [f for f, _ in fn.next_functions if f is not None]
+        if len(inputs) != 1:
+            return False
+        fn = inputs[0]
+        if type(fn).__name__ == "AccumulateGrad":
+            return True
+    return False
 
 
 def fits(

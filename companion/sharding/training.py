@@ -27,6 +27,7 @@ from ..core.data import Data
 from ..core.precision import MathMode
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
+from ..core.training import step_for
 from ..ddp.config import DDPConfig
 from ..ddp.loop import setup_rank
 from ..internals.naive import trainable_parameters
@@ -34,6 +35,7 @@ from ..runtime.checkpoint import unwrap
 from ..runtime.epochs import train_epochs
 from ..runtime.group import check_group, ddp_device_ids, rank_device
 from .library import fsdp2, zero_redundancy
+from .scaler import ShardedScaler
 from .zero1 import Zero1, check_precision
 from .zero2 import Zero2
 from .zero3 import Zero3
@@ -80,8 +82,9 @@ def shard(
         return net, Zero1(net, optimizer_class, **defaults)
     if method == "ZeRO-2":
         return net, Zero2(net, optimizer_class, bucket_cap_mb, **defaults)
-    if method.startswith("ZeRO-3"):
-        return net, Zero3(net, optimizer_class, prefetch="prefetch" in method, **defaults)
+    if method.startswith("ZeRO-3"):  # bf16 cast at gather, as fsdp2's policy does
+        dtype = None if mode is None else mode.dtype
+        return net, Zero3(net, optimizer_class, None, "prefetch" in method, dtype, **defaults)
     if method == "ZeroRedundancyOptimizer":
         return zero_redundancy(net, optimizer_class, find_unused_parameters, **defaults)
     return fsdp2(net, optimizer_class, mode=mode, **defaults)
@@ -137,7 +140,7 @@ def train_sharded(
     """
     check_choice(method, "method", METHODS)
     cfg = DDPConfig(get_profile(profile).name, **options).resolve(check_group("train_sharded")[1])
-    check_precision(MathMode(cfg.precision, rank_device()), method)
+    mode = check_precision(MathMode(cfg.precision, rank_device()), method)
     made = {}
 
     def wrap(net: nn.Module) -> nn.Module:
@@ -145,13 +148,20 @@ def train_sharded(
             method,
             net,
             torch.optim.SGD,
+            mode,  # bf16 or fp16: cast at gather (ZeRO-3, FSDP2)
             find_unused_parameters=cfg.find_unused_parameters,
             lr=cfg.lr,
             momentum=momentum,
         )
         return model
 
-    run = setup_rank(data, cfg, method, wrap, make_optimizer=lambda params, lr: made["optimizer"])
+    def make_step(mode: MathMode):
+        if mode.scaler is not None:  # fp16: a found-inf flag that every rank agrees on
+            mode.scaler = ShardedScaler()
+        return step_for(mode)
+
+    hand_over = lambda params, lr: made["optimizer"]  # noqa: E731 (built by wrap)
+    run = setup_rank(data, cfg, method, wrap, make_optimizer=hand_over, make_step=make_step)
     records = train_epochs(run)
     return ShardedResult(records, full_parameters(run.net, run.optimizer))
 

@@ -55,16 +55,11 @@ _SHARDED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> it
 
 
 def check_precision(mode: MathMode | None, name: str) -> MathMode | None:
-    """``mode`` if the stage can train in it: fp32 or bf16 autocast. fp16 needs a loss
-    scaler, which this chapter's methods do not have yet; a sharded one needs only one
-    found-inf flag all-reduced over the ranks (torch's ``ShardedGradScaler``)."""
+    """``mode``, a :class:`MathMode` or ``None`` (fp32). Every method trains in fp32, bf16
+    and fp16; fp16's loss scaler must agree on overflows across ranks
+    (:class:`~.scaler.ShardedScaler`, which ``train_sharded`` uses)."""
     if mode is not None:
         check_instance(mode, "mode", MathMode, "pass MathMode(precision, device), or None for fp32")
-    if mode is not None and mode.precision == "fp16":
-        raise ValueError(
-            f"{name}: precision 'fp16' needs a loss scaler, which the sharded methods here "
-            f"do not have; use precision='bf16' or 'fp32' with them"
-        )
     return mode
 
 

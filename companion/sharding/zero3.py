@@ -26,6 +26,13 @@ pieces of the parameters that got a gradient on some rank (ZeRO-1's flags). Byte
 reduce-scatter: 1.5 times DDP's all-reduce. With ``prefetch=True`` the
 gather of the next unit (next in forward order, or in backward order)
 starts while the current one computes. Frozen parameters are not sharded.
+
+Mixed precision as FSDP2's ``param_dtype``: with ``param_dtype=torch.bfloat16``
+each rank keeps its fp32 shard (the master copy the optimizer steps), casts it
+once per gather and gathers bf16 into the unit's buffer, so the model's weights
+*are* bf16 and autograd saves the buffer itself, which the unit frees. Under
+autocast alone, autograd would save the bf16 copies autocast makes, outside the
+buffer, until backward. Gradients are averaged and reduce-scattered in fp32.
 """
 
 from __future__ import annotations
@@ -38,44 +45,31 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_leaves
 
-from ..core.checks import check_module
+from ..core.checks import check_choice
 from ..core.compat import all_gather_single, reduce_scatter_single
 from ..internals.naive import broadcast_state
-from .flat import FlatShards
+from .flat import FlatShards, default_units
 from .freed import _placeholder, guard_reads, is_placeholder
 from .zero1 import ShardedOptimizer
 
 __all__ = ["Unit", "Zero3", "default_units"]
 
-
-def default_units(net: nn.Module) -> list[nn.Module]:
-    """The top-level children of ``net`` that own trainable parameters shared with no
-    other child (a tied weight keeps both of its modules in the root)."""
-    check_module(net)
-    children = list(net.children())
-    seen: dict[nn.Parameter, int] = {}
-    for m in children:
-        for p in m.parameters():
-            seen[p] = seen.get(p, 0) + 1
-    return [
-        m
-        for m in children
-        if any(p.requires_grad for p in m.parameters())
-        and all(seen[p] == 1 for p in m.parameters())
-    ]
+MIXED = (None, torch.bfloat16, torch.float16)  # param_dtype: the parameters' own, or these
 
 
 class Unit:
-    """One unit's flat buffer (gathered or freed), its shard, its gradient buffer."""
+    """One unit's flat buffer (gathered or freed, in the compute dtype), its shard (the
+    fp32 master), its gradient buffer."""
 
-    def __init__(self, name: str, params: list[nn.Parameter], world_size: int, rank: int):
+    def __init__(self, name: str, params: list[nn.Parameter], world_size: int, rank: int, dtype):
         self.name, self.layout = name, FlatShards(params, world_size, rank)
-        self.full = self.layout.flatten([p.detach() for p in params])
+        flat = self.layout.flatten([p.detach() for p in params])
+        self.shard = self.layout.shard(flat).clone()
+        self.full = flat.to(dtype or flat.dtype)
         for p, view in zip(params, self.layout.views(self.full)):
             p.data = view  # views for good; only the storage comes and goes
-        self.shard = self.layout.shard(self.full).clone()
         self.nbytes = self.full.untyped_storage().nbytes()
-        self.gathered, self.work = True, None
+        self.gathered, self.work, self.sent = True, None, None
         self.grad: torch.Tensor | None = None
         self.ready: set[int] = set()
         self.pending: list[tuple[Any, torch.Tensor]] = []
@@ -85,15 +79,16 @@ class Unit:
         if self.gathered or self.work is not None:
             return None
         self.full.untyped_storage().resize_(self.nbytes)
+        self.sent = self.shard.to(self.full.dtype)  # param_dtype: cast once, here
         # .data: a fresh version counter, so autograd does not see the refill as a change
-        self.work = all_gather_single(self.full.data, self.shard, async_op=True)
+        self.work = all_gather_single(self.full.data, self.sent, async_op=True)
         return self.work
 
     def wait(self) -> None:
         """Wait for the gather in flight, if any; the parameters are whole again."""
         if self.work is not None:
             self.work.wait()
-            self.work, self.gathered = None, True
+            self.work, self.sent, self.gathered = None, None, True
             for p, view in zip(self.layout.params, self.layout.views(self.full)):
                 p.data = view
 
@@ -114,9 +109,12 @@ class Zero3(ShardedOptimizer):
         optimizer_class: type,
         units: list[nn.Module] | None = None,
         prefetch: bool = False,
+        param_dtype: torch.dtype | None = None,
         **defaults: Any,
     ):
-        super().__init__(net, optimizer_class, "Zero3", {"prefetch": prefetch}, **defaults)
+        self.param_dtype = check_choice(param_dtype, "param_dtype", MIXED)
+        layout = {"prefetch": prefetch, "param_dtype": str(param_dtype)}
+        super().__init__(net, optimizer_class, "Zero3", layout, **defaults)
         broadcast_state(net)
         self.prefetch, self.timeline, self._unfinished = bool(prefetch), None, {}
         self.units, modules = self._build_units(units)
@@ -129,6 +127,10 @@ class Zero3(ShardedOptimizer):
             for i, p in enumerate(unit.layout.params):
                 p.register_post_accumulate_grad_hook(partial(self._grad_ready, unit, i))
         net.register_forward_pre_hook(self._root_pre_forward)
+        if self.param_dtype is not None:  # floating inputs in the weights' dtype, as FSDP2
+            cast = partial(_cast_inputs, self.param_dtype)
+            cast.casts_inputs = True  # so core.check_batch accepts an fp32 batch
+            net.register_forward_pre_hook(cast)
         net.register_state_dict_pre_hook(self._refuse_state_dict)
         for unit in self.units:
             unit.free()
@@ -152,11 +154,12 @@ class Zero3(ShardedOptimizer):
         for k, m in enumerate(modules):
             mine = [p for _, p in self.named if owners.get(p) == [k]]
             if mine:
-                built.append(Unit(names.get(m, f"unit {k}"), mine, self.world_size, self.rank))
+                name = names.get(m, f"unit {k}")
+                built.append(Unit(name, mine, self.world_size, self.rank, self.param_dtype))
                 kept.append(m)
         rest = [p for _, p in self.named if len(owners.get(p, [])) != 1]
         if rest:  # the root's own parameters and the ones units share
-            built.append(Unit("root", rest, self.world_size, self.rank))
+            built.append(Unit("root", rest, self.world_size, self.rank, self.param_dtype))
             kept.append(None)
         return built, kept
 
@@ -230,7 +233,8 @@ class Zero3(ShardedOptimizer):
     def _grad_ready(self, unit: Unit, i: int, p: nn.Parameter) -> None:
         if unit.grad is None:
             unit.grad = unit.layout.empty()
-        torch.mul(p.grad, 1.0 / self.world_size, out=unit.layout.views(unit.grad)[i])
+        grad = p.grad.to(unit.grad.dtype)  # reduce in fp32 (param_dtype: bf16 gradients)
+        torch.mul(grad, 1.0 / self.world_size, out=unit.layout.views(unit.grad)[i])
         p.grad = None
         self._got.add(self._index[id(p)])
         unit.ready.add(i)
@@ -277,11 +281,15 @@ class Zero3(ShardedOptimizer):
 
     @torch.no_grad()
     def full_parameters(self) -> list[torch.Tensor]:
-        """Every trainable parameter, whole (gathered, copied), in ``named_parameters`` order."""
+        """Every trainable parameter, whole: the ranks' fp32 shards gathered, in
+        ``named_parameters`` order (the master copy, not the compute dtype's)."""
+        whole = {}
         for unit in self.units:
-            self._gather(unit)
-            unit.wait()
-        whole = [p.detach().clone() for _, p in self.named]
-        for unit in self.units:
-            unit.free()
-        return whole
+            flat = unit.layout.empty()
+            all_gather_single(flat, unit.shard)
+            whole.update(zip(map(id, unit.layout.params), unit.layout.views(flat)))
+        return [whole[id(p)] for _, p in self.named]
+
+
+def _cast_inputs(dtype: torch.dtype, net: nn.Module, args: tuple) -> tuple:
+    return tuple(a.to(dtype) if torch.is_tensor(a) and a.is_floating_point() else a for a in args)

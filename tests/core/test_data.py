@@ -176,3 +176,18 @@ def test_book_data_replaces_the_profile_data_set_and_refuses_unknown_names(monke
     monkeypatch.setenv("BOOK_DATA", "imagenet")
     with pytest.raises(ValueError, match="BOOK_DATA='imagenet' is not a data set.*synthetic"):
         get_profile("ci")
+
+
+def test_device_loader_serves_each_epochs_permutation_in_order(sample):
+    """Gathered once per epoch, sliced per batch: batch ``k`` of epoch ``e`` holds the
+    samples at positions ``k*b .. (k+1)*b - 1`` of that epoch's seeded permutation, as a
+    gather per batch served them (the committed runs' batches are unchanged)."""
+    loader, g = DeviceLoader(sample.train, 48, seed=5), torch.Generator().manual_seed(5)
+    X, y = sample.train.tensors()
+    for _ in range(2):
+        order = torch.randperm(len(y), generator=g)
+        for k, (Xb, yb) in enumerate(loader):
+            idx = order[k * 48 : (k + 1) * 48]
+            assert torch.equal(Xb, X[idx]) and torch.equal(yb, y[idx])
+            assert Xb.is_contiguous()
+        assert k == len(loader) - 1

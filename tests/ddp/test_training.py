@@ -338,3 +338,31 @@ def test_mixed_precision_ddp_records_its_math_and_trains(small):
     assert [r.precision for r in records] == ["bf16", "bf16"]
     assert records[1].train_loss < records[0].train_loss
     assert torch.equal(results[0].params, results[1].params)  # still replicas
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_ddp_with_clipping_equals_one_process_clipping_the_global_batch(small, world_size):
+    """``clip``: each rank clips DDP's averaged gradient, which is the global batch's; the
+    replicas stay identical and equal one process that clips (float64)."""
+    clip = 0.5
+    results = launch(
+        ddp_worker,
+        world_size,
+        small,
+        "ci",
+        global_batch=GLOBAL_BATCH,
+        lr=LR,
+        epochs=1,
+        clip=clip,
+        precision="fp64",
+        timeout=180,
+        backend="gloo",
+    )
+    steps = steps_per_epoch(len(small.train), world_size, GLOBAL_BATCH)
+    reference = dict(global_batch=GLOBAL_BATCH, lr=LR, precision="fp64", steps=steps)
+    expected = train_reference_ddp(world_size, small, "ci", clip=clip, **reference)
+    unclipped = train_reference_ddp(world_size, small, "ci", **reference)
+    assert not torch.allclose(expected, unclipped)  # the norm did pass 0.5: clipping acted
+    for result in results:
+        assert torch.equal(result.params, results[0].params)
+        torch.testing.assert_close(result.params, expected)

@@ -135,6 +135,26 @@ def test_chapter_5s_loop_drives_each_rebuilt_ddp_as_it_drives_torch_s(small):
             assert methods == ([variant, variant] if rank == 0 else [])
 
 
+def test_each_variant_clips_like_one_process_that_clips(small):
+    """``clip``: the step pre-hook runs after each wrapper's finish(), on the averaged
+    gradient, with accumulation too (float64)."""
+    clip = 0.05
+    runs = [{"variant": "NaiveDDP"}, {"variant": "BucketedDDP", "micro_batches": 3}]
+    common = dict(model="lenet", global_batch=GLOBAL_BATCH, lr=LR, max_steps=STEPS)
+    common.update(epochs=2, precision="fp64", clip=clip)
+    results = launch(
+        train_several, 2, small, [{**common, **run} for run in runs], backend="gloo", timeout=300
+    )
+    same = dict(global_batch=GLOBAL_BATCH, lr=LR, steps=STEPS, model="lenet", precision="fp64")
+    expected = train_reference_ddp(2, small, "ci", clip=clip, **same)
+    assert not torch.allclose(expected, train_reference_ddp(2, small, "ci", **same))
+    for i, run in enumerate(runs):
+        for rank in (0, 1):
+            torch.testing.assert_close(
+                results[rank][i].params, expected, msg=lambda m, run=run: f"{run}: {m}"
+            )
+
+
 CHECKS = [  # chapter 6's check(): (variant, options); torch's DDP once per way of stepping
     ("NaiveDDP", {}),
     ("HookedDDP", {}),

@@ -9,10 +9,8 @@ from torch import nn
 
 import companion.runtime as rt
 import companion.sharding as sh
-from companion.core import MathMode
 
 LIN = nn.Linear(3, 2)
-FP16 = MathMode("fp16", "cpu")
 
 
 def in_group(call):
@@ -59,14 +57,20 @@ CASES = [
     ("FlatShards mixed dtypes", lambda t: sh.FlatShards([LIN.weight, nn.Parameter(torch.zeros(2, dtype=torch.float64))], 2, 0), ValueError, r"one dtype on one device.*net\.to"),
     ("Zero1 without a group", lambda t: sh.Zero1(nn.Linear(3, 2), torch.optim.Adam), RuntimeError, r"Zero1 needs a process group.*companion\.runtime\.launch"),
     ("Zero2 without a group", lambda t: sh.Zero2(nn.Linear(3, 2), torch.optim.Adam), RuntimeError, r"Zero2 needs a process group"),
+    ("Zero3 param_dtype float64", lambda t: sh.Zero3(nn.Linear(3, 2), torch.optim.Adam, param_dtype=torch.float64), ValueError, r"unknown param_dtype torch\.float64; choose one of \[None, torch\.bfloat16, torch\.float16\]"),
+    ("saved_weight_bytes not a model", lambda t: sh.saved_weight_bytes([nn.Linear(3, 2)], torch.zeros(1, 3)), TypeError, r"model must be a torch\.nn\.Module"),
     ("Zero3 without a group", lambda t: sh.Zero3(nn.Linear(3, 2), torch.optim.Adam), RuntimeError, r"Zero3 needs a process group"),
     ("Zero1 optimizer instance", lambda t: sh.Zero1(LIN, torch.optim.SGD(LIN.parameters(), lr=1)), TypeError, r"optimizer_class must be a torch\.optim\.Optimizer class such as torch\.optim\.Adam"),
     ("Zero2 net not a module", lambda t: sh.Zero2("net", torch.optim.Adam), TypeError, r"net"),
     ("fsdp2 without a group", lambda t: sh.fsdp2(nn.Linear(3, 2), torch.optim.Adam), RuntimeError, r"fsdp2 needs a process group"),
     ("zero_redundancy without a group", lambda t: sh.zero_redundancy(nn.Linear(3, 2), torch.optim.Adam), RuntimeError, r"zero_redundancy needs a process group"),
-    ("mixed_precision_policy fp16", lambda t: sh.mixed_precision_policy(FP16), ValueError, r"fsdp2: precision 'fp16' .*use precision='bf16' or 'fp32'"),
+    ("mixed_precision_policy a precision name", lambda t: sh.mixed_precision_policy("bf16"), TypeError, r"mode must be of type MathMode, got str: pass MathMode\(precision, device\), or None for fp32"),
+    ("ShardedScaler init_scale=0", lambda t: sh.ShardedScaler(0), ValueError, r"init_scale must be a positive, finite number, got 0"),
+    ("ShardedScaler backoff_factor=1", lambda t: sh.ShardedScaler(backoff_factor=1.0), ValueError, r"backoff_factor must lie in \(0, 1\), got 1\.0"),
+    ("ShardedScaler growth_interval=0", lambda t: sh.ShardedScaler(growth_interval=0), ValueError, r"growth_interval must be an integer >= 1, got 0"),
+    ("ShardedScaler update before step", lambda t: sh.ShardedScaler().update(), RuntimeError, r"ShardedScaler\.update\(\) needs a step\(\) first"),
+    ("gradient_shards a model", lambda t: sh.gradient_shards(nn.Linear(3, 2)), TypeError, r"optimizer must be of type Optimizer, got Linear: pass the optimizer that steps"),
     ("shard unknown method", lambda t: sh.shard("ZeRO-4", nn.Linear(3, 2)), ValueError, r"unknown method 'ZeRO-4'; choose one of"),
-    ("shard fp16", lambda t: sh.shard("ZeRO-2", nn.Linear(3, 2), mode=FP16), ValueError, r"ZeRO-2: precision 'fp16'"),
     ("formula_bytes unknown method", lambda t: sh.formula_bytes("ZeRO-9", 10, 2), ValueError, r"unknown method 'ZeRO-9'"),
     ("formula_bytes unknown precision", lambda t: sh.formula_bytes("DDP", 10, 2, "fp8"), ValueError, r"unknown precision 'fp8'"),
     ("formula_bytes psi=-1", lambda t: sh.formula_bytes("DDP", -1, 2), ValueError, r"psi must be an integer >= 0, got -1"),

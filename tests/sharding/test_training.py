@@ -58,3 +58,25 @@ def test_a_channels_last_model_trains_under_every_method_like_one_process():
     for method, got in zip(METHODS, results[0]):
         torch.testing.assert_close(got.params, expected, msg=lambda m, v=method: f"{v}: {m}")
         assert [r.precision for r in got.records] == ["fp32, channels_last"]
+
+
+def test_the_loop_clips_every_method_like_one_process():
+    """``clip`` in chapter 5's loop: the step pre-hook clips with the stage's own global
+    norm (the hand-written stages) or torch's (DDP, ZeroRedundancyOptimizer, FSDP2), and
+    every method ends where one process that clips ends (float64)."""
+    small = subset(load_data("mnist-sample", verbose=False), 301, 101)
+    options = {
+        "model": "lenet",
+        "global_batch": GLOBAL_BATCH,
+        "lr": LR,
+        "epochs": 1,
+        "max_steps": STEPS,
+        "precision": "fp64",
+    }
+    results = launch(several, 2, small, METHODS, **options, clip=0.05, backend="gloo", timeout=300)
+    same = dict(global_batch=GLOBAL_BATCH, lr=LR, steps=STEPS, model="lenet", precision="fp64")
+    expected = train_reference_ddp(2, small, "ci", clip=0.05, **same)
+    assert not torch.allclose(expected, train_reference_ddp(2, small, "ci", **same))
+    for rank in (0, 1):
+        for method, got in zip(METHODS, results[rank]):
+            torch.testing.assert_close(got.params, expected, msg=lambda m, v=method: f"{v}: {m}")

@@ -217,3 +217,93 @@ def optimizer_contract_worker(rank, world_size):
                 share_step(model, opt, X, y)
             out[method, optimizer, "resumed"] = full_parameters(model, opt)
     return out
+
+
+def mixed_worker(rank, world_size, methods=("ZeRO-3", "FSDP2"), steps=4):
+    """bf16 training, cast at gather (ZeRO-3's ``param_dtype``, FSDP2's policy) under
+    autocast, SGD: each method's whole fp32 parameters after ``steps`` steps."""
+    import torch
+    from torch.nn import functional as F
+
+    from companion.core import MathMode, set_seed
+    from companion.runtime import rank_device
+    from companion.sharding.measure import divisible_mlp
+    from companion.sharding.training import full_parameters, shard
+
+    device = rank_device()
+    mode = MathMode("bf16", device)
+    g = torch.Generator().manual_seed(rank)
+    batches = [(torch.randn(8, 1, 28, 28, generator=g), torch.randint(0, 12, (8,), generator=g))]
+    batches *= steps
+    out = {}
+    for method in methods:
+        set_seed(0)
+        model, opt = shard(method, divisible_mlp(24, 3).to(device), torch.optim.SGD, mode, lr=0.1)
+        for X, y in batches:
+            with mode.autocast():
+                loss = F.cross_entropy(model(X.to(device)), y.to(device))
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        out[method] = full_parameters(model, opt)
+    return out
+
+
+def unresharded_worker(rank, world_size):
+    """Saved weight bytes after a bf16 forward of FSDP2 kept gathered after forward."""
+    import torch
+
+    from companion.core import MathMode
+    from companion.sharding.library import fsdp2
+    from companion.sharding.measure import divisible_mlp
+    from companion.sharding.memory import saved_weight_bytes
+
+    mode = MathMode("bf16", "cpu")
+    net = divisible_mlp(96, 4)
+    model, _ = fsdp2(net, torch.optim.SGD, reshard_after_forward=False, mode=mode, lr=0.1)
+    return saved_weight_bytes(model, torch.randn(8, 1, 28, 28), mode.autocast())
+
+
+def overflow_worker(rank, world_size, methods):
+    """fp16 with ``ShardedScaler``: an inf planted in the last rank's gradient shard on the
+    first step only. Per method: whether this rank saw an inf itself, the scaler's count of
+    skipped steps and scale, whether step 1 left the parameters alone and step 2 moved them."""
+    import torch
+    from torch.nn import functional as F
+
+    from companion.core import MathMode, set_seed
+    from companion.sharding import ShardedScaler, gradient_shards
+    from companion.sharding.measure import divisible_mlp
+    from companion.sharding.training import full_parameters, shard
+
+    mode = MathMode("fp16", "cpu")
+    g = torch.Generator().manual_seed(rank)
+    X, y = torch.randn(8, 1, 28, 28, generator=g), torch.randint(0, 12, (8,), generator=g)
+    out = {}
+    for method in methods:
+        set_seed(0)
+        model, opt = shard(method, divisible_mlp(24, 3), torch.optim.SGD, mode, lr=0.1)
+        scaler, seen, local = ShardedScaler(init_scale=1024.0), [], False
+        for step in range(2):
+            seen.append(full_parameters(model, opt))
+            with mode.autocast():
+                loss = F.cross_entropy(model(X), y)
+            scaler.scale(loss).backward()
+            shards = [s for s in gradient_shards(opt) if s.numel()]
+            if step == 0 and rank == world_size - 1:
+                shards[0].view(-1)[0] = float("inf")
+            if step == 0:
+                local = any(not torch.isfinite(s).all() for s in shards)
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+        seen.append(full_parameters(model, opt))
+        out[method] = {
+            "local": local,
+            "skipped": scaler.skipped,
+            "scale": scaler.get_scale(),
+            "step 1 skipped": torch.equal(seen[0], seen[1]),
+            "step 2 taken": not torch.equal(seen[1], seen[2]),
+            "params": seen[2],
+        }
+    return out
