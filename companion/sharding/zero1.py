@@ -27,7 +27,7 @@ a drop-in optimizer: ``loss.backward(); optimizer.step();
 optimizer.zero_grad()``, and ``zero_grad()`` drops every gradient of the
 step, those the later stages reduced during backward included.
 ``clip_grad_norm_(max_norm)``, between ``backward()`` and ``step()``, clips
-the step's reduced shards by the norm of the whole gradient (:mod:`.clip`).
+the step's reduced shards by the norm of the whole gradient (:mod:`companion.sharding.clip`).
 Every rank counts equally in the average (``1/N``), as in torch's DDP; with
 uneven local batches, weigh each rank's loss by its share of the samples.
 """
