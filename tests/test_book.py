@@ -173,3 +173,10 @@ def test_no_new_line_is_wider_than_the_code_column(nb_path):
     known = KNOWN_WIDE.get(nb_path.stem, 0)
     assert len(wide) <= known, f"lines over {WIDTH} characters (code cell number, length): {wide}"
     assert len(wide) == known, f"only {len(wide)} wide lines left: lower KNOWN_WIDE to that"
+
+
+def test_chapter_9_launches_under_the_package_s_backend_rule():
+    """No cell of chapter 9 names a backend: each launch takes backend_for's (issue 37)."""
+    nb = load(ROOT / "book" / "ch09_sharded_data_parallel.ipynb")
+    named = [i for i, c in enumerate(code_cells(nb)) if "backend=" in "".join(c["source"])]
+    assert not named, f"code cells {named} of chapter 9 pass backend=: leave it to launch"

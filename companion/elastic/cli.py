@@ -47,6 +47,7 @@ KEPT = (
     "--epochs",
     "--global-batch",
     "--lr",
+    "--clip",
     "--seed",
     "--backend",
     "--timeout",
@@ -116,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             args.global_batch,
             epochs=args.epochs,
             lr=args.lr,
+            clip=args.clip,
             seed=args.seed,
             verbose=rank == 0,
         )

@@ -109,6 +109,7 @@ def _run_config(cfg: DDPConfig, opts: ElasticOptions, data: Data, world: int) ->
         "global_batch": cfg.global_batch,
         "precision": cfg.precision,
         "lr": cfg.lr,
+        "clip": cfg.clip,
         "seed": cfg.seed,
         "momentum": opts.momentum,
         "warmup_steps": opts.warmup_steps,

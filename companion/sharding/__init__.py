@@ -4,14 +4,16 @@
 sharded), :mod:`.zero2` (gradients too, reduce-scattered per bucket),
 :mod:`.zero3` (parameters too, gathered per unit, cast at gather for mixed
 precision; :mod:`.freed`, their stand-ins between steps), :mod:`.library`
-(``ZeroRedundancyOptimizer``, FSDP2), :mod:`.clip` (clipping by the global norm
-of sharded gradients), :mod:`.scaler` (fp16's loss scaler, one found-inf flag
-for all ranks), :mod:`.training` (one call for every method), :mod:`.ledger`
-(bytes per collective), :mod:`.memory` (state per rank, formulas, the
-calculator, saved weights), :mod:`.measure` (one measured step),
-:mod:`.checkpoint` (``torch.distributed.checkpoint``, N ranks to M),
-:mod:`.timeline` (ZeRO-3's gathers, waits and reduce-scatters, drawn),
-:mod:`.verify` (every method against one process, float64).
+(``ZeroRedundancyOptimizer``, FSDP2), :mod:`.pitfalls` (FSDP2's silent
+mistakes, caught), :mod:`.hybrid` (HSDP: shard within a node, replicate
+across), :mod:`.clip` (clipping by the global norm of sharded gradients),
+:mod:`.scaler` (fp16's loss scaler, one found-inf flag for all ranks),
+:mod:`.training` (one call for every method), :mod:`.ledger` (bytes per
+collective), :mod:`.memory` (state per rank, formulas, the calculator, saved
+weights), :mod:`.measure` (one measured step), :mod:`.checkpoint`
+(``torch.distributed.checkpoint``, N ranks to M), :mod:`.timeline` (ZeRO-3's
+gathers, waits and reduce-scatters, drawn), :mod:`.verify` (every method
+against one process, float64).
 """
 
 # Every module's public names, re-exported: ``from companion.sharding import ...``.
@@ -20,10 +22,12 @@ from . import (
     clip,
     flat,
     freed,
+    hybrid,
     ledger,
     library,
     measure,
     memory,
+    pitfalls,
     scaler,
     timeline,
     training,
@@ -36,10 +40,12 @@ from .checkpoint import *  # noqa: F401,F403
 from .clip import *  # noqa: F401,F403
 from .flat import *  # noqa: F401,F403
 from .freed import *  # noqa: F401,F403
+from .hybrid import *  # noqa: F401,F403
 from .ledger import *  # noqa: F401,F403
 from .library import *  # noqa: F401,F403
 from .measure import *  # noqa: F401,F403
 from .memory import *  # noqa: F401,F403
+from .pitfalls import *  # noqa: F401,F403
 from .scaler import *  # noqa: F401,F403
 from .timeline import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
@@ -59,6 +65,8 @@ __all__ = list(
             *clip.__all__,
             *scaler.__all__,
             *library.__all__,
+            *hybrid.__all__,
+            *pitfalls.__all__,
             *training.__all__,
             *ledger.__all__,
             *memory.__all__,

@@ -93,3 +93,5 @@ def test_another_runs_snapshot_is_refused(one_process_group, tmp_path):
         train_elastic(data, DDPConfig("ci", epochs=1, global_batch=64, lr=0.05), opts)
     with pytest.raises(SnapshotError, match=r"global_batch: 64 -> 32"):
         train_elastic(data, DDPConfig("ci", epochs=1, global_batch=32), opts)
+    with pytest.raises(SnapshotError, match=r"another run \(clip: None -> 1\.0\)"):
+        train_elastic(data, DDPConfig("ci", epochs=1, global_batch=64, clip=1.0), opts)

@@ -307,3 +307,15 @@ def overflow_worker(rank, world_size, methods):
             "params": seen[2],
         }
     return out
+
+
+def same_start_worker(rank, world_size, apart):
+    torch.manual_seed(rank if apart else 0)
+    from companion.ddp.detectors import ReplicasOutOfSync
+    from companion.sharding.pitfalls import check_same_start
+
+    try:
+        check_same_start(nn.Linear(4, 3))
+    except ReplicasOutOfSync as err:
+        return str(err)
+    return None
