@@ -160,6 +160,15 @@ def strict():
         yield
 
 
+@pytest.fixture
+def deterministic(monkeypatch):
+    """Bit-for-bit claims on a GPU: cuDNN's deterministic kernels for the test. Its default
+    convolution backward may add partial sums in a different order on every call (atomics),
+    so the same step run twice can differ in the last bit there; on a CPU this changes nothing."""
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+
+
 def write_idx(path: Path, array: np.ndarray) -> None:
     """Write ``array`` (uint8) in the IDX format that (Fashion-)MNIST files use."""
     magic = {1: 0x0801, 3: 0x0803}[array.ndim]

@@ -12,6 +12,9 @@ same in exact arithmetic, equal up to float64 rounding.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -165,17 +168,36 @@ def torch_powersgd_worker(rank: int, world_size: int, batches, rank_r: int = 1) 
             hook = torch_powersgd.powerSGD_hook
             state = torch_powersgd.PowerSGDState(None, rank_r, start_powerSGD_iter=2)
         set_seed(0)
-        net = TiedFrozenUnused(unused=False).double().to(rank_device())
-        model = DDP(net, device_ids=ddp_device_ids(rank_device()))
+        device = rank_device()
+        net = TiedFrozenUnused(unused=False).double().to(device)
+        model = DDP(net, device_ids=ddp_device_ids(device))
         model.register_comm_hook(state, hook)
         opt = torch.optim.SGD([p for p in net.parameters() if p.requires_grad], lr=0.1)
-        device = rank_device()
-        _share_step(model, opt, *(t.to(device) for t in batches[0]))
-        with count_bytes() as ledger:
-            for X, y in batches[1:]:
-                _share_step(model, opt, X.to(device), y.to(device))
+        with _no_cuda_sync_for_cpu(device):
+            _share_step(model, opt, *(t.to(device) for t in batches[0]))
+            with count_bytes() as ledger:
+                for X, y in batches[1:]:
+                    _share_step(model, opt, X.to(device), y.to(device))
         out[who] = (full_parameters(model, opt), ledger.sent() / (len(batches) - 1))
     return out
+
+
+@contextlib.contextmanager
+def _no_cuda_sync_for_cpu(device: torch.device) -> Iterator[None]:
+    """Inside, on a CPU rank of a machine with a GPU: ``torch.cuda.synchronize`` does nothing.
+    torch's ``powerSGD_hook`` calls ``torch.cuda.synchronize(device)`` whenever CUDA is
+    available, and with a CPU bucket that raises "Expected a cuda device, but got: cpu"
+    (torch 2.11-2.14; pytorch/pytorch#196568 moves it to ``torch.accelerator``). Such a rank
+    has no CUDA work to wait for."""
+    if device.type != "cpu" or not torch.cuda.is_available():
+        yield
+        return
+    synchronize = torch.cuda.synchronize
+    torch.cuda.synchronize = lambda device=None: None
+    try:
+        yield
+    finally:
+        torch.cuda.synchronize = synchronize
 
 
 def drift_worker(rank: int, world_size: int, batches, period: int = 4) -> list[tuple]:

@@ -27,7 +27,9 @@ def test_warmup_ramps_linearly_then_holds():
 
 
 @pytest.mark.parametrize("schedule", [None, lambda step: 0.1])
-def test_chapter_1s_train_with_a_constant_schedule_equals_plain_sgd(device, schedule):
+def test_chapter_1s_train_with_a_constant_schedule_equals_plain_sgd(
+    device, schedule, deterministic
+):
     data = load_mnist_sample()
     train_iter, test_iter = load_iters(data, 100, device, seed=0)
     set_seed(0)

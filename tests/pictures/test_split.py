@@ -20,7 +20,7 @@ def batch(device, n=10):
 
 
 @pytest.mark.parametrize("k", [1, 3])
-def test_recording_changes_nothing_and_sees_the_split_and_the_sum(device, k):
+def test_recording_changes_nothing_and_sees_the_split_and_the_sum(device, k, deterministic):
     devices = [device] * k
     X, y = batch(device)
     set_seed(0)

@@ -161,3 +161,21 @@ def test_the_ledger_counts_chapter_3s_point_to_point_all_reduces():
     assert counts == {"send": 6} and sent == 6 * 1000
     for name, (counts, sent) in runs[1].items():
         assert set(counts) == {"send"} and sent > 0, name
+
+
+def test_torchs_powersgd_hook_can_run_on_a_cpu_rank_of_a_gpu_machine(monkeypatch):
+    """torch's hook calls torch.cuda.synchronize(bucket's device) whenever CUDA is available,
+    which raises for a CPU bucket; the worker makes that call do nothing on a CPU rank only."""
+    from companion.slowlinks.verify import _no_cuda_sync_for_cpu
+
+    def refuse(device=None):
+        raise ValueError(f"Expected a cuda device, but got: {device}")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", refuse)
+    with _no_cuda_sync_for_cpu(torch.device("cpu")):
+        torch.cuda.synchronize(torch.device("cpu"))  # what torch's decompress does
+    with pytest.raises(ValueError, match="Expected a cuda device"):  # restored after
+        torch.cuda.synchronize(torch.device("cpu"))
+    with _no_cuda_sync_for_cpu(torch.device("cuda", 0)):  # a GPU rank keeps its real sync
+        assert torch.cuda.synchronize is refuse
