@@ -833,6 +833,8 @@ NO_ROW = {  # 'package.name': why it needs no bad-input row
     "sharding.saved_weights_worker": WORKER,
     "sharding.clip_norm_worker": WORKER,
     "sharding.hsdp_worker": WORKER,
+    "sharding.accumulation_worker": WORKER,
+    "sharding.live_tensor_bytes": "takes no argument: it counts the tensors this process holds",
     "sharding.time_worker": WORKER,
     "sharding.ShardedResult": RECORD,
     "sharding.Unit": RECORD,

@@ -121,24 +121,25 @@ def track_buffers(net: nn.Module) -> dict[str, torch.Tensor]:
     return snapshot
 
 
-def check_replicas_in_sync(fingerprints: Sequence[str]) -> None:
+def check_replicas_in_sync(
+    fingerprints: Sequence[str],
+    when: str = "after training: each rank trained its own model",
+    fix: str = "Wrap the model in DistributedDataParallel (not DataParallel, not nothing) "
+    "so that every backward pass averages the gradients across ranks",
+) -> None:
     """Raise :class:`ReplicasOutOfSync` unless every rank has rank 0's fingerprint.
 
     The fingerprints must cover what DDP keeps equal: the parameters, and the
     buffers as of DDP's last broadcast (``fingerprint(net, track_buffers(net))``
     taken before training). The buffers after the last forward pass differ
-    legitimately between ranks for any model with running statistics.
+    legitimately between ranks for any model with running statistics. ``when``
+    and ``fix`` finish the message (chapter 9 checks the start, before sharding).
     """
     if len(fingerprints) == 0:
         raise ValueError("fingerprints is empty: give one per rank")
     drifted = [r for r, f in enumerate(fingerprints) if f != fingerprints[0]]
     if drifted:
-        raise ReplicasOutOfSync(
-            f"the models of ranks {drifted} differ from rank 0's after training: "
-            f"each rank trained its own model. Wrap the model in "
-            f"DistributedDataParallel (not DataParallel, not nothing) so that every "
-            f"backward pass averages the gradients across ranks"
-        )
+        raise ReplicasOutOfSync(f"the models of ranks {drifted} differ from rank 0's {when}. {fix}")
 
 
 def check_disjoint_shards(indices_by_rank: Sequence[torch.Tensor], n: int) -> None:

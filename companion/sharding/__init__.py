@@ -5,7 +5,8 @@ sharded), :mod:`.zero2` (gradients too, reduce-scattered per bucket),
 :mod:`.zero3` (parameters too, gathered per unit, cast at gather for mixed
 precision; :mod:`.freed`, their stand-ins between steps), :mod:`.library`
 (``ZeroRedundancyOptimizer``, FSDP2), :mod:`.pitfalls` (FSDP2's silent
-mistakes, caught), :mod:`.hybrid` (HSDP: shard within a node, replicate
+mistakes, caught), :mod:`.accumulate` (FSDP2's accumulation setters, measured),
+:mod:`.hybrid` (HSDP: shard within a node, replicate
 across), :mod:`.clip` (clipping by the global norm of sharded gradients),
 :mod:`.scaler` (fp16's loss scaler, one found-inf flag for all ranks),
 :mod:`.training` (one call for every method), :mod:`.ledger` (bytes per
@@ -18,6 +19,7 @@ against one process, float64).
 
 # Every module's public names, re-exported: ``from companion.sharding import ...``.
 from . import (
+    accumulate,
     checkpoint,
     clip,
     flat,
@@ -36,6 +38,7 @@ from . import (
     zero2,
     zero3,
 )
+from .accumulate import *  # noqa: F401,F403
 from .checkpoint import *  # noqa: F401,F403
 from .clip import *  # noqa: F401,F403
 from .flat import *  # noqa: F401,F403
@@ -67,6 +70,7 @@ __all__ = list(
             *library.__all__,
             *hybrid.__all__,
             *pitfalls.__all__,
+            *accumulate.__all__,
             *training.__all__,
             *ledger.__all__,
             *memory.__all__,

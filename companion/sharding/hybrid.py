@@ -15,9 +15,10 @@ bytes of gradient:
 * across replicas: ``2 (R - 1) / R * B / S`` bytes, where ZeRO-3 over all
   ``N`` ranks sends all of its ``3 (N - 1) / N * B`` over links that may cross.
 
-FSDP2 does this when given ``init_device_mesh(type, (R, S),
-mesh_dim_names=("replicate", "shard"))``: parameters become ``DTensor``\\ s
-placed ``(Replicate(), Shard(0))``. :func:`split_bytes` prices a ledger of
+FSDP2 does this on a two-dimensional mesh, ``init_device_mesh(type, (R, S),
+mesh_dim_names=("replicate", "shard"))``, which :func:`~.library.fsdp2` builds
+when given ``replicas=R`` (:func:`~.library.device_mesh`): parameters become
+``DTensor``\\ s placed ``(Replicate(), Shard(0))``. :func:`split_bytes` prices a ledger of
 one step that way, since the collectives' kinds tell the dimensions apart:
 gathers and reduce-scatters run on the shard dimension, all-reduces on the
 replicate one.
@@ -25,39 +26,14 @@ replicate one.
 
 from __future__ import annotations
 
-from torch import nn
-from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
-
 from ..core.checks import check_int
-from ..runtime.group import check_group, rank_device
-from .flat import default_units
+from ..runtime.group import rank_device
 from .ledger import count_bytes, ring_cost
+from .library import fsdp2
 from .training import full_parameters
 from .verify import OPTIMIZERS, _model, _share_step
 
-__all__ = ["hsdp", "split_bytes", "hsdp_worker"]
-
-
-def hsdp(net: nn.Module, replicas: int) -> nn.Module:
-    """``fully_shard`` each unit, then the root, on a ``(replicas, N / replicas)`` mesh.
-
-    Like raw ``fully_shard``, it broadcasts nothing: seed every rank alike
-    (:func:`~.pitfalls.check_same_start` checks)."""
-    _, world_size = check_group("hsdp")
-    check_int(replicas, "replicas", 1, "the number of replicas (nodes)", world_size)
-    if world_size % replicas:
-        raise ValueError(
-            f"replicas must divide the world size {world_size}, got {replicas}: every "
-            f"replica needs the same number of ranks"
-        )
-    device = next(net.parameters()).device
-    mesh = init_device_mesh(
-        device.type, (replicas, world_size // replicas), mesh_dim_names=("replicate", "shard")
-    )
-    for unit in default_units(net):
-        fully_shard(unit, mesh=mesh)
-    return fully_shard(net, mesh=mesh)
+__all__ = ["split_bytes", "hsdp_worker"]
 
 
 def split_bytes(calls: list[tuple[str, int]], replicas: int, shards: int) -> dict[str, float]:
@@ -74,14 +50,13 @@ def split_bytes(calls: list[tuple[str, int]], replicas: int, shards: int) -> dic
 
 
 def hsdp_worker(rank: int, world_size: int, replicas: int, batches) -> dict:
-    """Worker: HSDP on ``(replicas, N / replicas)`` trains the chapter's model on the global
+    """Worker: HSDP (:func:`~.library.fsdp2` with ``replicas``) trains the chapter's model on the global
     ``batches`` (float64, each rank its share) with each optimizer of :data:`~.verify.OPTIMIZERS`;
     returns the whole parameters after the steps, the ledger of one SGD step, and where
     the first parameter's shards are placed."""
     device, out = rank_device(), {}
     for name, (cls, hp) in OPTIMIZERS.items():
-        net = hsdp(_model().to(device), replicas)
-        opt = cls([p for p in net.parameters() if p.requires_grad], **hp)
+        net, opt = fsdp2(_model().to(device), cls, replicas=replicas, **hp)
         for i, (X, y) in enumerate(batches):
             with count_bytes() as ledger:
                 _share_step(net, opt, X.to(device), y.to(device))

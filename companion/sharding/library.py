@@ -7,9 +7,9 @@ Used in: chapter 9.
   ``torch.distributed.optim.ZeroRedundancyOptimizer``, which gives each rank
   whole parameters to own (not a flat slice), steps those, and broadcasts them.
 * :func:`fsdp2` is torch's ZeRO-3: ``fully_shard`` applied to each unit
-  (:func:`~.zero3.default_units`), then to the root, on a one-dimensional
-  ``DeviceMesh`` (the process group, seen as a mesh: ``"cpu"`` with gloo,
-  ``"cuda"`` with nccl). Parameters become ``DTensor`` shards; forward and
+  (:func:`~.zero3.default_units`), then to the root, on :func:`device_mesh`: the
+  process group seen as a one-dimensional mesh (``"cpu"`` with gloo, ``"cuda"``
+  with nccl), or with ``replicas=R`` a ``(R, N / R)`` one, HSDP (:mod:`.hybrid`). Parameters become ``DTensor`` shards; forward and
   backward hooks gather and free them as :class:`~.zero3.Zero3` does.
   ``reshard_after_forward=True`` is ZeRO-3 (free after forward, gather again
   for backward); ``False`` keeps them gathered until backward, which is
@@ -32,18 +32,19 @@ from typing import Any
 import torch
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from ..core.checks import check_int
 from ..core.precision import MathMode
 from ..internals.naive import broadcast_state, trainable_parameters
 from .flat import check_sharding_group
 from .zero1 import check_precision
 from .zero3 import default_units
 
-__all__ = ["zero_redundancy", "fsdp2", "mixed_precision_policy"]
+__all__ = ["zero_redundancy", "fsdp2", "device_mesh", "mixed_precision_policy"]
 
 
 def zero_redundancy(
@@ -67,22 +68,41 @@ def mixed_precision_policy(mode: MathMode | None) -> MixedPrecisionPolicy:
     return MixedPrecisionPolicy(param_dtype=mode.dtype, reduce_dtype=torch.float32)
 
 
+def device_mesh(device_type: str, replicas: int = 1) -> DeviceMesh:
+    """The ranks as FSDP2's mesh: one dimension of all ``N``, or ``replicas`` groups of
+    ``N / replicas`` ranks, named ``("replicate", "shard")``: each group holds one sharded
+    copy (gathers and reduce-scatters within it), and the copies' gradient shards are
+    all-reduced across the groups."""
+    _, world_size = check_sharding_group("device_mesh")
+    check_int(replicas, "replicas", 1, "the number of replicas (nodes)", world_size)
+    if world_size % replicas:
+        raise ValueError(
+            f"replicas must divide the world size {world_size}, got {replicas}: every "
+            f"replica needs the same number of ranks"
+        )
+    if replicas == 1:
+        return init_device_mesh(device_type, (world_size,))
+    shape, names = (replicas, world_size // replicas), ("replicate", "shard")
+    return init_device_mesh(device_type, shape, mesh_dim_names=names)
+
+
 def fsdp2(
     net: nn.Module,
     optimizer_class: type,
     units: list[nn.Module] | None = None,
     reshard_after_forward: bool = True,
     mode: MathMode | None = None,
+    replicas: int = 1,
     **defaults: Any,
 ) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """``fully_shard`` on each unit, then the root; an ordinary optimizer over the shards."""
-    _, world_size = check_sharding_group("fsdp2")
+    """``fully_shard`` on each unit, then the root; an ordinary optimizer over the shards.
+    ``replicas=R``: HSDP, sharded over ``N / R`` ranks and replicated ``R`` times."""
+    check_sharding_group("fsdp2")
     params = [p for _, p in trainable_parameters(net)]
     if not params:
         raise ValueError("fsdp2: the model has no trainable parameters: nothing to shard")
+    mesh = device_mesh(next(net.parameters()).device.type, replicas)
     broadcast_state(net)
-    device = next(net.parameters()).device
-    mesh = init_device_mesh(device.type, (world_size,))
     policy = mixed_precision_policy(mode)
     for p in net.parameters():
         if not p.is_contiguous():  # channels_last weights: FSDP2 shards flat, contiguous storage

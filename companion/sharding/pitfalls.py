@@ -53,7 +53,7 @@ from torch.nn import functional as F
 
 from ..core.checks import check_int, check_module, check_positive
 from ..core.training import set_seed
-from ..ddp.detectors import MistakeDetected, ReplicasOutOfSync, fingerprint
+from ..ddp.detectors import MistakeDetected, check_replicas_in_sync, fingerprint
 from ..internals.tied_frozen_unused import TiedFrozenUnused
 from ..runtime.group import check_group, rank_device
 from .library import fsdp2
@@ -79,20 +79,20 @@ class ReducedInLowPrecision(MistakeDetected):
 
 def check_same_start(net: nn.Module) -> None:
     """Raise :class:`~companion.ddp.detectors.ReplicasOutOfSync` on every rank unless every
-    rank built the same model. Call it on every rank, before ``fully_shard``."""
+    rank built the same model (chapter 5's check, before training). Call it on every rank,
+    before ``fully_shard``."""
     check_module(net)
     _, world_size = check_group("check_same_start")
     prints: list = [None] * world_size
     dist.all_gather_object(prints, fingerprint(net))
-    apart = [r for r, f in enumerate(prints) if f != prints[0]]
-    if apart:
-        raise ReplicasOutOfSync(
-            f"ranks {apart} built a model different from rank 0's: fully_shard (and HSDP) "
-            f"keep what each rank holds and broadcast nothing, so the sharded model would "
-            f"be a patchwork of the ranks' initialisations. Seed every rank alike "
-            f"(torch.manual_seed(seed) before building the model) or broadcast rank 0's "
-            f"parameters and buffers first, as companion.sharding.fsdp2 does"
-        )
+    check_replicas_in_sync(
+        prints,
+        when="before sharding: fully_shard (and HSDP) keep what each rank holds and "
+        "broadcast nothing, so the sharded model would be a patchwork of the ranks' "
+        "initialisations",
+        fix="Seed every rank alike (torch.manual_seed(seed) before building the model) or "
+        "broadcast rank 0's parameters and buffers first, as companion.sharding.fsdp2 does",
+    )
 
 
 def check_gradient_scale(

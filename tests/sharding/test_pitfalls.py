@@ -34,7 +34,9 @@ def test_ranks_seeded_apart_make_a_patchwork_that_check_same_start_names(run):
             assert out["apart: the model one process builds"]
         else:
             apart = list(range(1, world_size))
-            assert out["apart: caught"].startswith(f"ReplicasOutOfSync: ranks {apart} built")
+            assert out["apart: caught"].startswith(
+                f"ReplicasOutOfSync: the models of ranks {apart} differ from rank 0's before sharding"
+            )
             assert "torch.manual_seed" in out["apart: caught"]
             assert not out["apart: the model one process builds"]
 
@@ -99,4 +101,6 @@ def test_check_same_start_passes_models_built_alike(world_size):
         == [None] * world_size
     )
     caught = launch(same_start_worker, world_size, True, backend="gloo", timeout=120)
-    assert all(c.startswith(f"ranks {list(range(1, world_size))} built") for c in caught)
+    assert all(
+        c.startswith(f"the models of ranks {list(range(1, world_size))} differ") for c in caught
+    )

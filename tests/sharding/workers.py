@@ -319,3 +319,13 @@ def same_start_worker(rank, world_size, apart):
     except ReplicasOutOfSync as err:
         return str(err)
     return None
+
+
+def uneven_mesh_worker(rank, world_size, replicas):
+    from companion.sharding import device_mesh
+
+    try:
+        device_mesh("cpu", replicas)
+    except ValueError as err:
+        return str(err)
+    return None
