@@ -74,10 +74,23 @@ def ring_cost(kind: str, nbytes: int, world_size: int) -> tuple[float, float]:
 
 @dataclass
 class Ledger:
-    """The collectives called in a block: ``(kind, bytes of the whole tensor)`` each."""
+    """The collectives called in a block: ``(kind, bytes of the whole tensor)`` each, and
+    in ``dtypes`` the element type each one moved (``"bfloat16"``, ...), call for call."""
 
     world_size: int
     calls: list[tuple[str, int]] = field(default_factory=list)
+    dtypes: list[str] = field(default_factory=list)
+
+    def _add(self, kind: str, tensors) -> None:
+        self.calls.append((kind, sum(t.numel() * t.element_size() for t in tensors)))
+        self.dtypes.append(str(tensors[0].dtype).removeprefix("torch.") if tensors else "")
+
+    def dtypes_by_kind(self) -> dict[str, list[str]]:
+        """``{kind: the element types its calls moved}`` (e.g. reduce-scatters in bf16)."""
+        out: dict[str, set[str]] = {}
+        for (kind, _), dtype in zip(self.calls, self.dtypes):
+            out.setdefault(kind, set()).add(dtype)
+        return {kind: sorted(types) for kind, types in out.items()}
 
     def sent(self, kind: str | None = None) -> float:
         """Bytes this rank sends, over every call (or only those of ``kind``)."""
@@ -101,8 +114,7 @@ def _counting(name: str, real, ledger: Ledger):
 
     def counted(*args, **kwargs):
         value = signature.bind(*args, **kwargs).arguments[argument]
-        tensors = value if isinstance(value, (list, tuple)) else [value]
-        ledger.calls.append((kind, sum(t.numel() * t.element_size() for t in tensors)))
+        ledger._add(kind, list(value) if isinstance(value, (list, tuple)) else [value])
         return real(*args, **kwargs)
 
     return counted
@@ -121,7 +133,7 @@ def count_bytes(ledger: Ledger | None = None) -> Iterator[Ledger]:
     def counted_batch(p2p_op_list):
         for op in p2p_op_list:
             if op.op is dist.isend:
-                ledger.calls.append(("send", op.tensor.numel() * op.tensor.element_size()))
+                ledger._add("send", [op.tensor])
         return batch(p2p_op_list)
 
     dist.batch_isend_irecv = counted_batch

@@ -56,6 +56,7 @@ from ..core.training import set_seed
 from ..ddp.detectors import MistakeDetected, check_replicas_in_sync, fingerprint
 from ..internals.tied_frozen_unused import TiedFrozenUnused
 from ..runtime.group import check_group, rank_device
+from .ledger import count_bytes
 from .library import fsdp2
 
 __all__ = [
@@ -223,7 +224,9 @@ def pitfalls_worker(rank: int, world_size: int, n: int = 32) -> dict:
         net = TiedFrozenUnused().to(device)
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce_dtype)
         fully_shard(net, mesh=mesh, mp_policy=policy)
-        F.cross_entropy(net(X_r), y_r).backward()
+        with count_bytes() as ledger:
+            F.cross_entropy(net(X_r), y_r).backward()
+        out["dtypes", str(reduce_dtype)] = ledger.dtypes_by_kind()
         grads = [p.grad.full_tensor() for p in net.parameters() if p.grad is not None]
         out["reduce", str(reduce_dtype)] = (
             _raised(check_reduce_dtype, grads, world_size) if world_size > 1 else "1 rank"

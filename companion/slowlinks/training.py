@@ -107,7 +107,7 @@ class SlowResult(NamedTuple):
         """One ledger per epoch: the collectives of that epoch's steps."""
         starts = [0, *self.marks[:-1]]
         return [
-            Ledger(self.ledger.world_size, self.ledger.calls[a:b])
+            Ledger(self.ledger.world_size, self.ledger.calls[a:b], self.ledger.dtypes[a:b])
             for a, b in zip(starts, self.marks)
         ]
 

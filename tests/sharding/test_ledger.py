@@ -2,6 +2,7 @@
 1.5 times as much; the ring costs and the alpha-beta price of a ledger."""
 
 import pytest
+import torch
 
 from companion.sharding.ledger import Ledger, expected_bytes, ring_cost
 
@@ -57,3 +58,15 @@ def test_the_ledger_counts_the_older_names_where_torch_lacks_the_new_ones(measur
         for method in methods:
             assert run[method]["calls"] == measured[2][rank][method]["calls"], (method, rank)
             assert run[method]["calls"], method
+
+
+def test_the_ledger_records_the_element_type_of_each_call():
+    ledger = Ledger(2)
+    ledger._add("all-gather", [torch.zeros(3, dtype=torch.bfloat16)])
+    ledger._add("reduce-scatter", [torch.zeros(4, dtype=torch.float32)])
+    ledger._add("all-gather", [torch.zeros(2, dtype=torch.float32)])
+    assert ledger.calls == [("all-gather", 6), ("reduce-scatter", 16), ("all-gather", 8)]
+    assert ledger.dtypes_by_kind() == {
+        "all-gather": ["bfloat16", "float32"],
+        "reduce-scatter": ["float32"],
+    }

@@ -62,6 +62,13 @@ def test_a_bf16_reduction_is_caught_and_an_fp32_one_is_not(run):
             assert out["reduce", "None"].startswith("ReducedInLowPrecision: every one of")
             assert "reduce_dtype=torch.float32" in out["reduce", "None"]
             assert out["reduce", "torch.float32"] is None
+            # the ledger sees it directly: gathers in bf16 both ways, the reduction in the policy's
+            assert out["dtypes", "None"] == {
+                "all-gather": ["bfloat16"],
+                "reduce-scatter": ["bfloat16"],
+            }
+            assert out["dtypes", "torch.float32"]["reduce-scatter"] == ["float32"]
+            assert out["dtypes", "torch.float32"]["all-gather"] == ["bfloat16"]
 
 
 def test_a_full_state_dict_needs_set_model_state_dict(run):
