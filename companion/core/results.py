@@ -17,6 +17,7 @@ from .figures import headroom, legend_below
 from .files import atomic_write
 
 __all__ = [
+    "CPU_SHARE_QUIET",
     "Record",
     "record_maker",
     "save_records",
@@ -25,6 +26,9 @@ __all__ = [
     "summarize",
     "plot_scaling",
 ]
+
+
+CPU_SHARE_QUIET = 0.9  # a one-process CPU run that got less of its threads' CPU time was busy
 
 
 @dataclass
@@ -43,15 +47,24 @@ class Record:
     model: str = ""
     dataset: str = ""
     precision: str = "fp32"  # and memory layout, e.g. "bf16, channels_last"
+    cpu_share: float | None = None  # one process on a CPU (see Timer); below CPU_SHARE_QUIET: busy
 
 
 def record_maker(
     method: str, n_devices: int, *, profile: str, model: str, dataset: str, precision: str
 ) -> Callable[..., Record]:
-    """``record(epoch, test_acc, seconds=..., samples=..., loss=...)``: one epoch's
-    :class:`Record` of a run labelled once, here (``samples``: those trained on)."""
+    """``record(epoch, test_acc, seconds=..., samples=..., loss=..., cpu_share=...)``: one
+    epoch's :class:`Record` of a run labelled once, here (``samples``: those trained on)."""
 
-    def record(epoch: int, test_acc: float, *, seconds: float, samples: int, loss: float) -> Record:
+    def record(
+        epoch: int,
+        test_acc: float,
+        *,
+        seconds: float,
+        samples: int,
+        loss: float,
+        cpu_share: float | None = None,
+    ) -> Record:
         return Record(
             method=method,
             n_devices=n_devices,
@@ -65,6 +78,7 @@ def record_maker(
             model=model,
             dataset=dataset,
             precision=precision,
+            cpu_share=cpu_share,
         )
 
     return record
@@ -132,17 +146,27 @@ def summarize(records: Sequence[Record]) -> str:
         f"{'method':<{width}} {'devices':>7} {'epochs':>6} {'test acc':>8} "
         f"{'(range)':>13} {'s/epoch':>8} {'samples/s':>10}"
     ]
-    ks = set()
+    ks, shares = set(), []
     for (method, n), run in runs.items():
         acc, low, high, k = final_accuracy(run)
         ks.add(k)
+        measured = [r.cpu_share for r in run if r.cpu_share is not None]
+        busy = bool(measured) and mean(measured) < CPU_SHARE_QUIET
+        shares += [mean(measured)] if busy else []
         lines.append(
             f"{method:<{width}} {n:>7} {len(run):>6} {acc:>8.3f} "
             f"{f'({low:.3f}-{high:.3f})':>13} "
             f"{mean(r.sec_per_epoch for r in run):>8.3f} {_throughput(run):>10,.0f}"
+            + (" *" if busy else "")
         )
     last = " or ".join(map(str, sorted(ks)))
     lines.append(f"test acc: mean of the last {last} epoch(s), and their range")
+    if shares:
+        lines.append(
+            f"* busy: the process got {min(shares):.0%} of its threads' CPU time (a quiet "
+            f"run gets about 100%): other work shared the cores and inflated its s/epoch; "
+            f"re-measure on a quiet machine"
+        )
     labels = sorted({f"{r.hardware}, profile {r.profile}, {r.precision}" for r in records})
     lines.append("measured on: " + "; ".join(labels))
     return "\n".join(lines)

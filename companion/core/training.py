@@ -57,20 +57,28 @@ class Timer:
         with Timer(device) as t:
             train_epoch(...)
         t.seconds
+
+    On a CPU, ``.cpu_share`` is the CPU time the process got over the wall
+    time of its torch threads: about 1 when it had its cores to itself, lower
+    when other work shared them and the seconds are inflated (``None`` on a GPU).
     """
 
     def __init__(self, device: torch.device | str | None = None):
         self.device = device if device is None else as_devices([device])[0]
-        self.seconds = 0.0
+        self.seconds, self.cpu_share = 0.0, None
 
     def __enter__(self) -> Timer:
         synchronize(self.device)
-        self._start = time.perf_counter()
+        self._start, self._cpu = time.perf_counter(), time.process_time()
         return self
 
     def __exit__(self, *exc) -> None:
         synchronize(self.device)
         self.seconds = time.perf_counter() - self._start
+        on_cpu = not torch.cuda.is_available() if self.device is None else self.device.type == "cpu"
+        if on_cpu and self.seconds > 0:
+            cpu = time.process_time() - self._cpu
+            self.cpu_share = cpu / (self.seconds * torch.get_num_threads())
 
 
 def accuracy(y_hat: torch.Tensor, y: torch.Tensor) -> int:
@@ -251,8 +259,8 @@ def train(
 
             with Timer(device) as t:
                 loss, n = train_epoch(net, train_iter, loss_fn, optimizer, device, on_step, step)
-            acc = evaluate_accuracy(net, test_iter, device)
-            records.append(record(epoch, acc, seconds=t.seconds, samples=n, loss=loss))
+            acc, secs, share = evaluate_accuracy(net, test_iter, device), t.seconds, t.cpu_share
+            records.append(record(epoch, acc, seconds=secs, samples=n, loss=loss, cpu_share=share))
     return records
 
 

@@ -61,10 +61,12 @@ class Rank:
 
 
 def epoch_record(
-    run: Rank, epoch: int, totals: torch.Tensor, seconds: float, test_acc: float
+    run: Rank, epoch: int, totals: torch.Tensor, timer: Timer, test_acc: float
 ) -> Record:
-    """The one way an epoch's :class:`Record` is built; ``totals`` summed over the ranks."""
+    """The one way an epoch's :class:`Record` is built; ``totals`` summed over the ranks.
+    The CPU share is kept for one process only: waiting for other ranks lowers it."""
     loss_sum, n = totals.tolist()
+    seconds, alone = timer.seconds, dist.get_world_size() == 1
     return Record(
         method=run.method,
         n_devices=dist.get_world_size(),
@@ -74,6 +76,7 @@ def epoch_record(
         samples_per_sec=n / seconds,
         train_loss=loss_sum / max(n, 1),
         hardware=hardware_label(),
+        cpu_share=timer.cpu_share if alone else None,
         **run.labels,
     )
 
@@ -114,7 +117,7 @@ def train_epochs(
         totals = torch.tensor([loss * samples, samples], dtype=torch.float64, device=run.device)
         dist.all_reduce(totals)  # loss sum and samples, over all ranks
         test_acc = run.evaluate(unwrap(run.net))  # evaluation stays local: no wrapper
-        record = epoch_record(run, epoch + 1, totals, timer.seconds, test_acc)
+        record = epoch_record(run, epoch + 1, totals, timer, test_acc)
         if dist.get_rank() == 0:
             records.append(record)
         if on_epoch is not None:

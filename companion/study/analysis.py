@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from statistics import mean, stdev
 
 from ..core.noise import Ratio, judge
-from ..core.results import final_accuracy
+from ..core.results import CPU_SHARE_QUIET, final_accuracy
 from .driver import StudyRecord
 
 __all__ = ["Point", "aggregate", "speedups", "spread", "table"]
@@ -63,6 +63,14 @@ class Point:
     speedup_min: float = float("nan")  # with the slowest epoch at k, the fastest at 1
     speedup_max: float = float("nan")
     epochs: int = 0  # timed epochs (over every seed)
+    cpu_share: float | None = None  # 1 device on a CPU: its epochs' lowest (Record.cpu_share)
+    base_busy: bool = False  # its 1-device base did not get its cores
+
+    @property
+    def busy(self) -> bool:
+        """This 1-device run, or the base of this speed-up, got less than
+        :data:`~companion.core.results.CPU_SHARE_QUIET` of its threads' CPU time."""
+        return self.base_busy or (self.cpu_share is not None and self.cpu_share < CPU_SHARE_QUIET)
 
     @property
     def noisy(self) -> bool:
@@ -76,6 +84,8 @@ class Point:
     @property
     def flag(self) -> str:
         """Why this point's speed-up cannot be read as one ('' if it can): see FLAGS."""
+        if self.busy:
+            return "busy"
         if self.n_devices == 1 or self.speedup != self.speedup:
             return ""
         if self.speedup > self.n_devices:
@@ -86,6 +96,8 @@ class Point:
 
 
 FLAGS = {
+    "busy": "the 1-device run got under 90% of its threads' CPU time: other work slowed "
+    "it, and every speed-up against it is inflated",
     "noise": "the speed-up's range (fastest to slowest epochs) falls on both sides of 1",
     "over N": "faster than N devices can be: the 1-device run was slowed by other work",
     "1 epoch": "one timed epoch: no range to judge the speed-up by",
@@ -146,9 +158,14 @@ def aggregate(records: Sequence[StudyRecord], mix_precisions: bool = False) -> l
                 sec_min=min(r.sec_per_epoch for r in epochs),
                 sec_max=max(r.sec_per_epoch for r in epochs),
                 epochs=len(epochs),
+                cpu_share=min(shares) if (shares := _shares(epochs)) else None,
             )
         )
     return speedups(points)
+
+
+def _shares(records: Sequence[StudyRecord]) -> list[float]:
+    return [r.cpu_share for r in records if r.cpu_share is not None]
 
 
 def _base_key(p: Point) -> tuple:
@@ -184,6 +201,7 @@ def speedups(points: Sequence[Point]) -> list[Point]:
                     "efficiency": s / p.n_devices,
                     "speedup_min": low,
                     "speedup_max": high,
+                    "base_busy": one.busy,
                 }
             )
         )

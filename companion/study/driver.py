@@ -218,6 +218,8 @@ def _typed(kind: str, value):
     """A CSV cell (text) as the field's type; JSON values pass through."""
     if not isinstance(value, str) or kind == "str":
         return value
+    if kind == "float | None":  # measured or not (Record.cpu_share): an empty cell is None
+        return float(value) if value else None
     return {"int": int, "float": float}.get(kind, str)(value)
 
 

@@ -15,7 +15,7 @@ from companion.core import (
 pytestmark = pytest.mark.ch1
 
 
-def rec(method="m", n=1, epoch=1, acc=0.5, sec=2.0):
+def rec(method="m", n=1, epoch=1, acc=0.5, sec=2.0, share=None):
     return Record(
         method=method,
         n_devices=n,
@@ -26,6 +26,7 @@ def rec(method="m", n=1, epoch=1, acc=0.5, sec=2.0):
         train_loss=1.0,
         hardware="CPU, 2 cores (x86_64)",
         profile="ci",
+        cpu_share=share,
     )
 
 
@@ -56,6 +57,19 @@ def test_summarize_averages_the_last_half_of_the_epochs_and_the_time_of_all():
     assert summarize(four).splitlines()[1].split()[3:5] == ["0.850", "(0.800-0.900)"]
     assert "mean of the last 2 epoch(s)" in summarize(four)
     assert text.endswith("measured on: CPU, 2 cores (x86_64), profile ci, fp32")
+
+
+def test_summarize_marks_a_run_that_did_not_get_its_cores():
+    quiet = summarize(
+        [rec("alone", share=0.99), rec("gpu", n=2), rec("alone", epoch=2, share=0.97)]
+    )
+    assert "*" not in quiet and "busy" not in quiet
+    text = summarize([rec("busy", share=0.6), rec("busy", epoch=2, share=0.7), rec("other", 2)])
+    rows = text.splitlines()
+    assert rows[1].startswith("busy") and rows[1].endswith(" *")
+    assert not rows[2].endswith("*")
+    assert "* busy: the process got 65% of its threads' CPU time" in text
+    assert "re-measure on a quiet machine" in text
 
 
 def test_summarize_columns_line_up_for_long_method_names():

@@ -71,6 +71,10 @@ def test_timer_measures_elapsed_time():
     with Timer("cpu") as t:
         time.sleep(0.05)
     assert 0.04 < t.seconds < 1.0
+    # a process that waits gets no CPU time: its share of its threads' time is near 0,
+    # where a quiet CPU-bound epoch gets about 1 (a busy machine: 0.6 measured on 2 cores)
+    assert 0 <= t.cpu_share < 0.5
+    assert Timer("meta").cpu_share is None  # nothing measured yet, or not on a CPU
 
 
 def test_train_learns_and_records_every_epoch(sample):
@@ -83,6 +87,7 @@ def test_train_learns_and_records_every_epoch(sample):
     assert all(
         r.sec_per_epoch > 0 and abs(r.samples_per_sec * r.sec_per_epoch - 4000) < 1 for r in records
     )
+    assert all(0 < r.cpu_share < 2 for r in records)  # measured on a CPU (summarize reads it)
 
 
 def test_training_is_reproducible_with_seeds(sample):

@@ -114,6 +114,17 @@ def test_a_single_timed_epoch_is_flagged_and_explained():
     assert "1 epoch: one timed epoch" in table([two])
 
 
+@pytest.mark.parametrize("share, expected", [(0.6, "busy"), (0.98, ""), (None, "")])
+def test_a_1_device_base_that_did_not_get_its_cores_flags_itself_and_its_speedups(share, expected):
+    """Issue 36: a busy 1-device base makes every speed-up against it look better."""
+    base = [rec("m", 1, 0, e, 0.5, 1.0) for e in (1, 2)]
+    for r in base:
+        r.cpu_share = share
+    one, two = aggregate([*base, rec("m", 2, 0, 1, 0.5, 0.6), rec("m", 2, 0, 2, 0.5, 0.6)])
+    assert one.flag == two.flag == expected
+    assert ("busy: the 1-device run got under 90%" in table([one, two])) == bool(expected)
+
+
 def test_one_seed_prints_no_standard_deviation():
     (p,) = aggregate([rec("m", 1, 0, 1, 0.5, 1.0)])
     assert "(0.000)" not in table([p])
