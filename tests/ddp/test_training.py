@@ -53,22 +53,23 @@ def steps_per_epoch(n: int, world_size: int, global_batch: int) -> int:
     return -(-per_rank // (global_batch // world_size))
 
 
+def run_ddp(world_size: int, data, **options):
+    """``ddp_worker`` on ``world_size`` gloo ranks, with the tests' global batch and lr unless
+    ``options`` give others."""
+    options = {"global_batch": GLOBAL_BATCH, "lr": LR, "timeout": 180, **options}
+    return launch(ddp_worker, world_size, data, "ci", backend="gloo", **options)
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 4])
 def test_ddp_equals_one_process_on_the_global_batch(small, tmp_path, world_size):
     checkpoint, log_dir = tmp_path / "model.pt", tmp_path / "logs"
-    results = launch(
-        ddp_worker,
+    results = run_ddp(
         world_size,
         small,
-        "ci",
-        global_batch=GLOBAL_BATCH,
-        lr=LR,
         epochs=EPOCHS,
         log_dir=str(log_dir),
         checkpoint=str(checkpoint),
         precision="fp64",
-        timeout=180,
-        backend="gloo",
     )
     steps = EPOCHS * steps_per_epoch(len(small.train), world_size, GLOBAL_BATCH)
     reference = dict(global_batch=GLOBAL_BATCH, lr=LR, precision="fp64")
@@ -134,18 +135,13 @@ def test_in_float64_the_verdict_does_not_depend_on_the_one_process_s_threads(
     assert_close's float64 tolerances."""
     batch = 128
     steps = len(first_thousand.train) // batch + 5
-    results = launch(
-        ddp_worker,
+    results = run_ddp(
         world_size,
         first_thousand,
-        "ci",
         model="lenet",
         global_batch=batch,
-        lr=LR,
         max_steps=steps,
         precision="fp64",
-        backend="gloo",
-        timeout=180,
     )
     assert results[0].params.dtype == torch.float64 and results[0].records[-1].precision == "fp64"
     references = at_each_thread_count(
@@ -237,19 +233,8 @@ def test_linear_lr():
 def test_a_batchnorm_model_trains_with_the_checks_on(small, world_size):
     # the running statistics differ between ranks after the last step; the detectors must
     # compare them as DDP broadcast them, or they report a false ReplicasOutOfSync
-    results = launch(
-        ddp_worker,
-        world_size,
-        small,
-        "ci",
-        model="lenet-bn",
-        global_batch=48,
-        lr=LR,
-        epochs=2,
-        max_steps=8,
-        checks=True,
-        timeout=180,
-        backend="gloo",
+    results = run_ddp(
+        world_size, small, model="lenet-bn", global_batch=48, epochs=2, max_steps=8, checks=True
     )
     assert all(torch.equal(r.params, results[0].params) for r in results)
     assert len({r.trace.fingerprint for r in results}) == 1
@@ -324,18 +309,7 @@ def test_nccl_ddp_on_two_gpus_equals_one_process(small):
 
 def test_mixed_precision_ddp_records_its_math_and_trains(small):
     """bf16 autocast under DDP (CPU processes here): the Record says so, the loss falls."""
-    results = launch(
-        ddp_worker,
-        2,
-        small,
-        "ci",
-        global_batch=GLOBAL_BATCH,
-        lr=LR,
-        epochs=2,
-        precision="bf16",
-        timeout=180,
-        backend="gloo",
-    )
+    results = run_ddp(2, small, epochs=2, precision="bf16")
     records = results[0].records
     assert [r.precision for r in records] == ["bf16", "bf16"]
     assert records[1].train_loss < records[0].train_loss
@@ -347,19 +321,7 @@ def test_ddp_with_clipping_equals_one_process_clipping_the_global_batch(small, w
     """``clip``: each rank clips DDP's averaged gradient, which is the global batch's; the
     replicas stay identical and equal one process that clips (float64)."""
     clip = 0.5
-    results = launch(
-        ddp_worker,
-        world_size,
-        small,
-        "ci",
-        global_batch=GLOBAL_BATCH,
-        lr=LR,
-        epochs=1,
-        clip=clip,
-        precision="fp64",
-        timeout=180,
-        backend="gloo",
-    )
+    results = run_ddp(world_size, small, epochs=1, clip=clip, precision="fp64")
     steps = steps_per_epoch(len(small.train), world_size, GLOBAL_BATCH)
     reference = dict(global_batch=GLOBAL_BATCH, lr=LR, precision="fp64", steps=steps)
     expected = train_reference_ddp(world_size, small, "ci", clip=clip, **reference)

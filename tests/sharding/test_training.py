@@ -17,16 +17,16 @@ pytestmark = pytest.mark.ch9
 GLOBAL_BATCH, LR, STEPS = 32, 0.1, 4
 
 
+def _run(epochs=1, **extra):
+    """Every method on 2 ranks, on 301 samples (odd: the sampler pads), and the options."""
+    small = subset(load_data("mnist-sample", verbose=False), 301, 101)
+    options = dict(model="lenet", global_batch=GLOBAL_BATCH, lr=LR, epochs=epochs, max_steps=STEPS)
+    results = launch(several, 2, small, METHODS, **options, **extra, backend="gloo", timeout=300)
+    return small, results
+
+
 def test_the_loop_drives_every_method_like_one_process():
-    small = subset(load_data("mnist-sample", verbose=False), 301, 101)  # odd: the sampler pads
-    options = {
-        "model": "lenet",
-        "global_batch": GLOBAL_BATCH,
-        "lr": LR,
-        "epochs": 2,
-        "max_steps": STEPS,
-    }
-    results = launch(several, 2, small, METHODS, **options, backend="gloo", timeout=300)
+    small, results = _run(epochs=2)
     expected = train_reference_ddp(
         2, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=STEPS, model="lenet"
     )
@@ -42,16 +42,7 @@ def test_the_loop_drives_every_method_like_one_process():
 def test_a_channels_last_model_trains_under_every_method_like_one_process():
     """The gpu profile stores weights channels-last; FSDP2 refuses such (non-contiguous)
     parameters, so ``fsdp2`` hands it contiguous ones. Found by ``make gpu-check`` (H200)."""
-    small = subset(load_data("mnist-sample", verbose=False), 301, 101)
-    options = {
-        "model": "lenet",
-        "global_batch": GLOBAL_BATCH,
-        "lr": LR,
-        "epochs": 1,
-        "max_steps": STEPS,
-        "channels_last": True,
-    }
-    results = launch(several, 2, small, METHODS, **options, backend="gloo", timeout=300)
+    small, results = _run(channels_last=True)
     expected = train_reference_ddp(
         2, small, "ci", global_batch=GLOBAL_BATCH, lr=LR, steps=STEPS, model="lenet"
     )
@@ -64,16 +55,7 @@ def test_the_loop_clips_every_method_like_one_process():
     """``clip`` in chapter 5's loop: the step pre-hook clips with the stage's own global
     norm (the hand-written stages) or torch's (DDP, ZeroRedundancyOptimizer, FSDP2), and
     every method ends where one process that clips ends (float64)."""
-    small = subset(load_data("mnist-sample", verbose=False), 301, 101)
-    options = {
-        "model": "lenet",
-        "global_batch": GLOBAL_BATCH,
-        "lr": LR,
-        "epochs": 1,
-        "max_steps": STEPS,
-        "precision": "fp64",
-    }
-    results = launch(several, 2, small, METHODS, **options, clip=0.05, backend="gloo", timeout=300)
+    small, results = _run(precision="fp64", clip=0.05)
     same = dict(global_batch=GLOBAL_BATCH, lr=LR, steps=STEPS, model="lenet", precision="fp64")
     expected = train_reference_ddp(2, small, "ci", clip=0.05, **same)
     assert not torch.allclose(expected, train_reference_ddp(2, small, "ci", **same))
