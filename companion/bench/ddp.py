@@ -22,6 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..collectives.partition import average_gradients
 from ..core.batches import rank_batch_size
+from ..core.checks import check_int
 from ..core.models import get_model
 from ..core.noise import Load, paired_ratio, rotated
 from ..core.training import Timer, set_seed
@@ -73,19 +74,7 @@ def bench_worker(
     step = {
         name: (lambda n=name: _step(nets[n], opts[n], X, y, averaging.get(n))) for name in METHODS
     }
-    for name in METHODS:  # warm-up, untimed (DDP rebuilds its buckets after step 1)
-        for _ in range(3):
-            step[name]()
-    times = torch.zeros(rounds, len(METHODS), dtype=torch.float64)
-    for r in range(rounds):
-        for m, name in rotated(list(enumerate(METHODS)), r):
-            dist.barrier()
-            with Timer(device) as t:
-                for _ in range(steps):
-                    step[name]()
-            times[r, m] = t.seconds / steps
-    times = times.to(device)
-    dist.all_reduce(times, op=dist.ReduceOp.MAX)  # a step waits for the slowest rank
+    times = _timed_rounds(step, rounds, steps, device)
     buckets = nets["DDP"]._get_ddp_logging_data().get("bucket_sizes", "")
     return {
         "seconds": {name: times[:, m].tolist() for m, name in enumerate(METHODS)},
@@ -93,6 +82,69 @@ def bench_worker(
         "tensors": len(list(base.parameters())),
         "parameters": sum(p.numel() for p in base.parameters()),
     }
+
+
+def _timed_rounds(step: dict, rounds: int, steps: int, device: torch.device) -> torch.Tensor:
+    """Three untimed calls of each step function, then in each round each one ``steps``
+    times in turn, who goes first rotating: ``[rounds, len(step)]`` seconds per step."""
+    for name in step:  # warm-up (DDP rebuilds its buckets after step 1)
+        for _ in range(3):
+            step[name]()
+    times = torch.zeros(rounds, len(step), dtype=torch.float64)
+    for r in range(rounds):
+        for m, name in rotated(list(enumerate(step)), r):
+            dist.barrier()
+            with Timer(device) as t:
+                for _ in range(steps):
+                    step[name]()
+            times[r, m] = t.seconds / steps
+    times = times.to(device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)  # a step waits for the slowest rank
+    return times.cpu()
+
+
+def overhead_worker(
+    rank: int, world_size: int, model: str, batches: list[int], rounds: int, steps: int
+) -> dict[int, dict[str, list[float]]]:
+    """Worker: for each per-rank batch, each round's seconds per step of DDP and of the
+    same step without communication."""
+    device, out = rank_device(), {}
+    set_seed(0)
+    base = get_model(model).to(device)
+    for batch in batches:
+        X = torch.randn(batch, 1, 28, 28, device=device)
+        y = torch.randint(0, 10, (batch,), device=device)
+        ddp = DDP(copy.deepcopy(base), device_ids=ddp_device_ids(device))
+        nets = {"DDP": ddp, "no communication": copy.deepcopy(base)}
+        opts = {name: torch.optim.SGD(net.parameters(), lr=0.01) for name, net in nets.items()}
+        step = {n: (lambda n=n: _step(nets[n], opts[n], X, y, None)) for n in nets}
+        times = _timed_rounds(step, rounds, steps, device)
+        out[batch] = {name: times[:, m].tolist() for m, name in enumerate(step)}
+    return out
+
+
+def overhead_curve(
+    world_size: int = 2,
+    model: str = "lenet",
+    batches: tuple[int, ...] = (8, 16, 32, 64, 128, 256),
+    rounds: int = 3,
+    steps: int = 10,
+) -> list[dict]:
+    """DDP's overhead against the step's size: per per-rank batch of ``batches``, the
+    global batch, the median seconds of a step without communication, and DDP's step
+    over it (the rounds' paired :class:`~companion.core.noise.Ratio`)."""
+    check_int(world_size, "world_size", 2, "DDP's overhead needs two processes or more")
+    for b in batches:
+        check_int(b, "batch", 1, "a per-rank batch of images")
+    seen = launch(overhead_worker, world_size, model, list(batches), rounds, steps, timeout=900)
+    return [
+        {
+            "global batch": batch * world_size,
+            "step": statistics.median(r["no communication"]),
+            "ratio": paired_ratio(r["DDP"], r["no communication"]),
+        }
+        for batch, r in seen[0].items()
+    ]
 
 
 def measure(

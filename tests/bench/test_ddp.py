@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from companion.bench import available
-from companion.bench.ddp import METHODS, measure, report
+from companion.bench.ddp import METHODS, measure, overhead_curve, report
 
 pytestmark = pytest.mark.ch5
 
@@ -48,3 +48,14 @@ def test_cli_runs_the_ddp_benchmark():
     assert (
         "DDP vs average_gradients: 2 processes" in out.stdout and "Why DDP is faster" in out.stdout
     )
+
+
+def test_the_overhead_curve_pairs_ddp_with_the_step_without_communication_per_batch():
+    curve = overhead_curve(2, "lenet", batches=(4, 16), rounds=2, steps=1)
+    assert [row["global batch"] for row in curve] == [8, 32]
+    for row in curve:
+        assert row["step"] > 0 and row["ratio"].rounds == 2 and row["ratio"].low > 0
+    with pytest.raises(ValueError, match="two processes or more"):
+        overhead_curve(1)
+    with pytest.raises(ValueError, match="batch must be an integer >= 1, got 0"):
+        overhead_curve(2, batches=(0,))
