@@ -843,6 +843,8 @@ NO_ROW = {  # 'package.name': why it needs no bad-input row
     "core.Load": RECORD,
     "core.Verdict": RECORD,
     "core.load_average": NO_INPUT,
+    "core.scheduler_times": "reads the OS's per-thread counters; an absent or unreadable directory gives None (tested)",
+    "core.cpu_share": "takes two readings of scheduler_times() (None where unmeasured); it reads nothing from a user",
     "core.record_maker": "called by the package's trainers with the labels they have checked, never a user's values",
     "core.headroom": "sets the limits of an axes the package's own plot functions drew",
     "core.legend_below": "lays out a figure the package's own plot functions drew",

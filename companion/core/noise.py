@@ -19,6 +19,10 @@ beside other work. So every comparison of two timings in this package is made th
 The machine counts as busy (:class:`Load`) when its 1-minute load average was above
 ``cores - 1`` before the measurement, or, after it, above ``cores - 1`` plus the busy
 processes the measurement ran itself.
+
+One process can also tell by itself (:func:`cpu_share`): Linux counts, for each thread, the
+time it ran and the time it was ready to run but waited for a core. A quiet machine runs a
+ready thread at once (a share near 1); beside other work the threads queue.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ __all__ = [
     "Load",
     "LoadWatch",
     "load_average",
+    "scheduler_times",
+    "cpu_share",
     "Verdict",
     "judge",
     "NOISE_RULE",
@@ -161,6 +167,34 @@ def load_average() -> float:
         return os.getloadavg()[0]
     except (AttributeError, OSError):
         return math.nan
+
+
+def scheduler_times(tasks: str = "/proc/self/task") -> dict[str, tuple[int, int]] | None:
+    """Per thread of this process, nanoseconds on a core and nanoseconds ready but waiting
+    for one (Linux's ``schedstat``); ``None`` where the system does not report them."""
+    times = {}
+    try:
+        for tid in os.listdir(tasks):
+            with open(os.path.join(tasks, tid, "schedstat")) as f:
+                ran, waited = f.read().split()[:2]
+            times[tid] = int(ran), int(waited)
+    except (OSError, ValueError):  # not Linux, or a kernel without schedstats
+        return None
+    return times
+
+
+def cpu_share(before: dict | None, after: dict | None) -> float | None:
+    """Of the time this process's threads were ready to run between two
+    :func:`scheduler_times`, the share they ran: about 1 on a quiet machine, lower when
+    other work held the cores. A sleeping thread (waiting for I/O, a lock or another rank)
+    counts in neither. ``None`` if unmeasured or if no thread was ready."""
+    if before is None or after is None:
+        return None
+    ran = waited = 0
+    for tid, (r, w) in after.items():  # a thread that ended between the two is not counted
+        r0, w0 = before.get(tid, (0, 0))  # one that started: counted from 0
+        ran, waited = ran + r - r0, waited + w - w0
+    return ran / (ran + waited) if ran + waited > 0 else None
 
 
 @dataclass(frozen=True)

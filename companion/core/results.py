@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 
-CPU_SHARE_QUIET = 0.9  # a one-process CPU run that got less of its threads' CPU time was busy
+CPU_SHARE_QUIET = 0.9  # a 1-process CPU run whose ready threads got a core less often was busy
 
 
 @dataclass
@@ -163,8 +163,8 @@ def summarize(records: Sequence[Record]) -> str:
     lines.append(f"test acc: mean of the last {last} epoch(s), and their range")
     if shares:
         lines.append(
-            f"* busy: the process got {min(shares):.0%} of its threads' CPU time (a quiet "
-            f"run gets about 100%): other work shared the cores and inflated its s/epoch; "
+            f"* busy: its threads got a core for only {min(shares):.0%} of the time they were "
+            f"ready to run\n  (on a quiet machine about 100%): other work inflated its s/epoch; "
             f"re-measure on a quiet machine"
         )
     labels = sorted({f"{r.hardware}, profile {r.profile}, {r.precision}" for r in records})

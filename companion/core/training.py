@@ -20,6 +20,7 @@ from .checks import check_batch, check_instance, check_int, check_lr, check_modu
 from .clip import clip_before_step
 from .devices import as_devices, gpu_indices, model_device, synchronize
 from .lines import progress_bar
+from .noise import cpu_share, scheduler_times
 from .precision import MathMode, amp_train_step
 from .profiles import Profile, get_profile
 from .results import Record, record_maker
@@ -58,9 +59,10 @@ class Timer:
             train_epoch(...)
         t.seconds
 
-    On a CPU, ``.cpu_share`` is the CPU time the process got over the wall
-    time of its torch threads: about 1 when it had its cores to itself, lower
-    when other work shared them and the seconds are inflated (``None`` on a GPU).
+    On a CPU, ``.cpu_share`` is the share of the time its threads were ready to run that
+    they got a core (:func:`~companion.core.noise.cpu_share`): about 1 when the machine was
+    quiet, lower when other work held the cores and inflated the seconds. ``None`` on a
+    GPU, or where the system does not report it.
     """
 
     def __init__(self, device: torch.device | str | None = None):
@@ -69,16 +71,15 @@ class Timer:
 
     def __enter__(self) -> Timer:
         synchronize(self.device)
-        self._start, self._cpu = time.perf_counter(), time.process_time()
+        self._start, self._times = time.perf_counter(), scheduler_times()
         return self
 
     def __exit__(self, *exc) -> None:
         synchronize(self.device)
         self.seconds = time.perf_counter() - self._start
         on_cpu = not torch.cuda.is_available() if self.device is None else self.device.type == "cpu"
-        if on_cpu and self.seconds > 0:
-            cpu = time.process_time() - self._cpu
-            self.cpu_share = cpu / (self.seconds * torch.get_num_threads())
+        if on_cpu:
+            self.cpu_share = cpu_share(self._times, scheduler_times())
 
 
 def accuracy(y_hat: torch.Tensor, y: torch.Tensor) -> int:

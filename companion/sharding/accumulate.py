@@ -27,7 +27,6 @@ from __future__ import annotations
 import gc
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
@@ -38,7 +37,7 @@ from .ledger import count_bytes
 from .library import fsdp2
 from .memory import _storage_bytes
 from .training import full_parameters
-from .verify import OPTIMIZERS, _model
+from .verify import OPTIMIZERS, _model, _share_loss
 
 __all__ = [
     "ACCUMULATION",
@@ -85,14 +84,6 @@ def live_tensor_bytes() -> int:
     return _storage_bytes(tensors)
 
 
-def _micro_loss(model, X, y, total: int) -> torch.Tensor:
-    """This rank's share of micro-batch ``(X, y)``, weighed so that the micro-steps' summed,
-    averaged gradients are the gradient of the mean loss over the ``total`` samples."""
-    rank, n = dist.get_rank(), dist.get_world_size()
-    X_r, y_r = X.tensor_split(n)[rank], y.tensor_split(n)[rank]
-    return F.cross_entropy(model(X_r), y_r, reduction="sum") * n / total
-
-
 def accumulation_worker(rank: int, world_size: int, batches, micro_steps: int = 4) -> dict:
     """Worker: FSDP2 trains the chapter's model (float64, SGD with momentum) on the global
     ``batches``, each cut into ``micro_steps`` micro-batches, with each setting of
@@ -113,7 +104,7 @@ def accumulation_worker(rank: int, world_size: int, batches, micro_steps: int = 
                 net.set_requires_gradient_sync(sync or (last and name != NEVER_SYNCED))
                 net.set_reshard_after_backward(reshard or last)
                 with count_bytes() as ledger:
-                    _micro_loss(net, X_m, y_m.to(device), len(y)).backward()
+                    _share_loss(net, X_m, y_m.to(device), total=len(y)).backward()
                 sent.append(ledger.sent())
                 held.append(live_tensor_bytes() - before)
             if step == 0:

@@ -74,11 +74,13 @@ def one_process(batches, optimizer="Adam", max_grad_norm: float | None = None) -
     return full_parameters(net, opt)
 
 
-def _share_loss(model, X: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """This rank's share of the global batch's mean loss, times ``N`` (weighed as above)."""
+def _share_loss(model, X: torch.Tensor, y: torch.Tensor, total: int | None = None) -> torch.Tensor:
+    """This rank's share of the global batch's mean loss, times ``N`` (weighed as above).
+    With ``total``, the batch is one micro-batch of ``total`` samples: the micro-steps'
+    summed, averaged gradients are then the gradient of the mean loss over all of them."""
     rank, n = dist.get_rank(), dist.get_world_size()
     X_r, y_r = X.tensor_split(n)[rank], y.tensor_split(n)[rank]
-    return F.cross_entropy(model(X_r), y_r, reduction="sum") * n / len(y)
+    return F.cross_entropy(model(X_r), y_r, reduction="sum") * n / (total or len(y))
 
 
 def _share_step(model, optimizer, X: torch.Tensor, y: torch.Tensor, max_grad_norm=None) -> None:

@@ -69,7 +69,8 @@ class Point:
     @property
     def busy(self) -> bool:
         """This 1-device run, or the base of this speed-up, got less than
-        :data:`~companion.core.results.CPU_SHARE_QUIET` of its threads' CPU time."""
+        :data:`~companion.core.results.CPU_SHARE_QUIET` of a core while its threads were ready
+        to run (:class:`~companion.core.training.Timer`)."""
         return self.base_busy or (self.cpu_share is not None and self.cpu_share < CPU_SHARE_QUIET)
 
     @property
@@ -96,8 +97,8 @@ class Point:
 
 
 FLAGS = {
-    "busy": "the 1-device run got under 90% of its threads' CPU time: other work slowed "
-    "it, and every speed-up against it is inflated",
+    "busy": "the 1-device run's ready threads waited for a core over 10% of the time: other "
+    "work slowed it, and every speed-up against it is inflated",
     "noise": "the speed-up's range (fastest to slowest epochs) falls on both sides of 1",
     "over N": "faster than N devices can be: the 1-device run was slowed by other work",
     "1 epoch": "one timed epoch: no range to judge the speed-up by",

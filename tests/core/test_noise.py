@@ -11,9 +11,11 @@ from companion.core.noise import (
     LoadWatch,
     Ratio,
     Target,
+    cpu_share,
     judge,
     load_average,
     paired_ratio,
+    scheduler_times,
 )
 
 AT_MOST = Target("a / b", "<=", 1.10, "a test")
@@ -68,6 +70,33 @@ def test_the_load_watch_reads_the_os():
     load = LoadWatch(own=2).done()
     assert load.own == 2 and load.cores >= 1
     assert math.isnan(load_average()) or load_average() >= 0
+
+
+def _tasks(root, threads):
+    for tid, (ran, waited) in threads.items():
+        (root / tid).mkdir(exist_ok=True)
+        (root / tid / "schedstat").write_text(f"{ran} {waited} 7\n")
+    return scheduler_times(str(root))
+
+
+def test_the_cpu_share_is_time_run_over_time_ready(tmp_path):
+    S = 10**9  # one second in nanoseconds
+    before = _tasks(tmp_path, {"1": (100, 10), "2": (50, 0)})
+    assert before == {"1": (100, 10), "2": (50, 0)}
+    # thread 1 ran 3 s and queued 1 s; thread 2 slept (neither); thread 3 started: 2 s, 0 s
+    after = _tasks(tmp_path, {"1": (100 + 3 * S, 10 + S), "2": (50, 0), "3": (2 * S, 0)})
+    assert cpu_share(before, after) == pytest.approx(5 / 6)
+    assert cpu_share(before, before) is None  # no thread was ready: nothing to judge
+    assert cpu_share(None, after) is None and cpu_share(before, None) is None
+    assert scheduler_times(str(tmp_path / "absent")) is None  # macOS, Windows: not measured
+    (tmp_path / "4").mkdir()
+    (tmp_path / "4" / "schedstat").write_text("garbled\n")
+    assert scheduler_times(str(tmp_path)) is None
+
+
+def test_this_process_reports_its_threads_or_nothing():
+    times = scheduler_times()
+    assert times is None or all(r >= 0 and w >= 0 for r, w in times.values())
 
 
 @pytest.mark.parametrize(
