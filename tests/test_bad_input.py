@@ -834,6 +834,7 @@ NO_ROW = {  # 'package.name': why it needs no bad-input row
     "sharding.clip_norm_worker": WORKER,
     "sharding.hsdp_worker": WORKER,
     "sharding.accumulation_worker": WORKER,
+    "sharding.recompute_worker": WORKER,
     "sharding.live_tensor_bytes": "takes no argument: it counts the tensors this process holds",
     "sharding.time_worker": WORKER,
     "sharding.ShardedResult": RECORD,

@@ -22,7 +22,9 @@ processes the measurement ran itself.
 
 One process can also tell by itself (:func:`cpu_share`): Linux counts, for each thread, the
 time it ran and the time it was ready to run but waited for a core. A quiet machine runs a
-ready thread at once (a share near 1); beside other work the threads queue.
+ready thread at once (a share near 1); beside other work the threads queue. Where the
+measurement runs in the watching process, that share decides (below
+:data:`CPU_SHARE_QUIET`: busy), as the load average still carries the last minute's work.
 """
 
 from __future__ import annotations
@@ -47,15 +49,19 @@ __all__ = [
     "load_average",
     "scheduler_times",
     "cpu_share",
+    "CPU_SHARE_QUIET",
     "Verdict",
     "judge",
     "NOISE_RULE",
 ]
 
+CPU_SHARE_QUIET = 0.9  # a process whose ready threads got a core less often was slowed by others
+
 NOISE_RULE = (
     "noise: the rounds' ratios fall on both sides of the value they are judged against, or "
     "the machine was busy (1-minute load average above cores - 1 before, or above cores - 1 "
-    "plus the measurement's own processes after): re-run on a quiet machine"
+    "plus the measurement's own processes after; for a measurement in one process, its ready "
+    "threads waited for a core over 10% of the time): re-run on a quiet machine"
 )
 
 
@@ -205,25 +211,35 @@ class Load:
     after: float
     cores: int
     own: int
+    share: float | None = None  # measured in this process: its threads' cpu_share
 
     @property
     def busy(self) -> bool:
+        if self.share is not None:  # the direct measure, where there is one
+            return self.share < CPU_SHARE_QUIET
         spare = self.cores - 1
         return self.before > spare or self.after > spare + self.own
 
     def __str__(self) -> str:
-        return f"load average {self.before:.1f} before, {self.after:.1f} after ({self.cores} cores)"
+        text = f"load average {self.before:.1f} before, {self.after:.1f} after ({self.cores} cores)"
+        if self.share is None:
+            return text
+        return f"ready threads ran {self.share:.0%} of the time ({text})"
 
 
 class LoadWatch:
-    """``watch = LoadWatch(own)`` before a measurement, ``watch.done()`` after it."""
+    """``watch = LoadWatch(own)`` before a measurement, ``watch.done()`` after it.
+    ``in_process=True``: the measurement runs in this process, whose :func:`cpu_share`
+    then decides whether the machine was busy (the load average lags by a minute)."""
 
-    def __init__(self, own: int = 1):
+    def __init__(self, own: int = 1, in_process: bool = False):
         self.own = check_int(own, "own", 1)
         self.before = load_average()
+        self.times = scheduler_times() if in_process else None
 
     def done(self) -> Load:
-        return Load(self.before, load_average(), cpu_cores(), self.own)
+        share = cpu_share(self.times, scheduler_times()) if self.times is not None else None
+        return Load(self.before, load_average(), cpu_cores(), self.own, share)
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from statistics import mean
 from .devices import hardware_label
 from .figures import headroom, legend_below
 from .files import atomic_write
+from .noise import CPU_SHARE_QUIET
 
 __all__ = [
     "CPU_SHARE_QUIET",
@@ -26,9 +27,6 @@ __all__ = [
     "summarize",
     "plot_scaling",
 ]
-
-
-CPU_SHARE_QUIET = 0.9  # a 1-process CPU run whose ready threads got a core less often was busy
 
 
 @dataclass

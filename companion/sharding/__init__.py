@@ -9,6 +9,7 @@ mistakes, caught), :mod:`.accumulate` (FSDP2's accumulation setters, measured),
 :mod:`.hybrid` (HSDP: shard within a node, replicate
 across), :mod:`.clip` (clipping by the global norm of sharded gradients),
 :mod:`.scaler` (fp16's loss scaler, one found-inf flag for all ranks),
+:mod:`.activations` (activation checkpointing: memory saved, time paid),
 :mod:`.training` (one call for every method), :mod:`.ledger` (bytes per
 collective), :mod:`.memory` (state per rank, formulas, the calculator, saved
 weights), :mod:`.measure` (one measured step), :mod:`.checkpoint`
@@ -20,6 +21,7 @@ against one process, float64).
 # Every module's public names, re-exported: ``from companion.sharding import ...``.
 from . import (
     accumulate,
+    activations,
     checkpoint,
     clip,
     flat,
@@ -39,6 +41,7 @@ from . import (
     zero3,
 )
 from .accumulate import *  # noqa: F401,F403
+from .activations import *  # noqa: F401,F403
 from .checkpoint import *  # noqa: F401,F403
 from .clip import *  # noqa: F401,F403
 from .flat import *  # noqa: F401,F403
@@ -71,6 +74,7 @@ __all__ = list(
             *hybrid.__all__,
             *pitfalls.__all__,
             *accumulate.__all__,
+            *activations.__all__,
             *training.__all__,
             *ledger.__all__,
             *memory.__all__,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import gc
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
@@ -106,6 +107,7 @@ def accumulation_worker(rank: int, world_size: int, batches, micro_steps: int = 
                 with count_bytes() as ledger:
                     _share_loss(net, X_m, y_m.to(device), total=len(y)).backward()
                 sent.append(ledger.sent())
+                dist.barrier()  # every rank's collectives done: no buffer of one in flight
                 held.append(live_tensor_bytes() - before)
             if step == 0:
                 out[name, "sent"], out[name, "held"] = sent, held

@@ -26,8 +26,8 @@ FSDP2 is ZeRO-3.
 
 :func:`measure_state` measures the same three numbers from the live
 tensors of any method (bytes of distinct storages, so a view is counted
-once and a freed buffer not at all); :func:`saved_weight_bytes` counts what
-a step holds on top, the weights autograd saved during forward;
+once and a freed buffer not at all); :func:`saved_bytes` counts what
+a step holds on top, the weights and activations autograd saved during forward;
 :func:`fits` is the calculator.
 """
 
@@ -48,6 +48,7 @@ __all__ = [
     "BYTES_PER_PARAMETER",
     "formula_bytes",
     "measure_state",
+    "saved_bytes",
     "saved_weight_bytes",
     "fits",
     "plot_memory",
@@ -118,11 +119,11 @@ def measure_state(model: nn.Module, optimizer: Any) -> dict[str, int]:
     return out
 
 
-def saved_weight_bytes(model: nn.Module, X: torch.Tensor, autocast=None) -> int:
-    """Bytes of weights that autograd saved for backward and that are still held once
-    ``model(X)`` has returned (under the ``autocast`` context, if given): the parameters
-    themselves or copies made from them (autocast's casts), one count per storage. A
-    freed ZeRO-3 or FSDP2 unit holds none. No backward runs: the graph is dropped."""
+def saved_bytes(model: nn.Module, X: torch.Tensor, autocast=None) -> dict[str, int]:
+    """``{"weights", "activations"}``: bytes that autograd saved for backward and still holds
+    once ``model(X)`` has returned (under the ``autocast`` context, if given), one count
+    per storage. Weights are the parameters or copies made from them (autocast's casts):
+    a freed ZeRO-3 or FSDP2 unit holds none. No backward runs: the graph is dropped."""
     check_module(model, "model")
     saved: list[torch.Tensor] = []
 
@@ -132,10 +133,19 @@ def saved_weight_bytes(model: nn.Module, X: torch.Tensor, autocast=None) -> int:
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast or nullcontext():
         out = model(X)
-    held = _storage_bytes(t for t in saved if _from_weight(t))
+    weight = [_from_weight(t) for t in saved]
+    held = {
+        "weights": _storage_bytes(t for t, w in zip(saved, weight) if w),
+        "activations": _storage_bytes(t for t, w in zip(saved, weight) if not w),
+    }
     saved.clear()  # the graph goes with out
     del out
     return held
+
+
+def saved_weight_bytes(model: nn.Module, X: torch.Tensor, autocast=None) -> int:
+    """The weights of :func:`saved_bytes`: what a step holds on top of the model states."""
+    return saved_bytes(model, X, autocast)["weights"]
 
 
 def _from_weight(t: torch.Tensor, hops: int = 3) -> bool:

@@ -57,6 +57,18 @@ def test_one_round_or_a_busy_machine_is_noise_whatever_the_ratio():
     assert str(busy_before) == "load average 1.5 before, 1.0 after (2 cores)"
 
 
+def test_in_one_process_the_threads_share_decides_not_the_lagging_load_average():
+    # the last minute's work still in the load average: the threads got their cores
+    after_work = Load(before=1.5, after=1.6, cores=2, own=1, share=0.98)
+    assert not after_work.busy and judge(Ratio.of([1.3, 1.4]), 1, after_work).word == "above"
+    assert str(after_work).startswith("ready threads ran 98% of the time (load average 1.5")
+    queued = Load(before=0.1, after=0.2, cores=2, own=1, share=0.6)  # a load spike
+    assert queued.busy and "ready threads ran 60%" in judge(Ratio.of([1.3, 1.4]), 1, queued).why
+    watched = LoadWatch(own=1, in_process=True).done()
+    assert watched.share is None or 0 <= watched.share <= 1
+    assert LoadWatch(own=1).done().share is None  # measured elsewhere: the load average rule
+
+
 def test_the_targets_table_is_well_formed():
     assert {"allreduce", "loop", "split", "ddp", "internals", "sharding", "baseline"} <= set(
         TARGETS

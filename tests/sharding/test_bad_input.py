@@ -125,6 +125,11 @@ CASES = [
     ("sharding.clip_grad_norm a model that is an optimizer", lambda t: sh.clip_grad_norm(torch.optim.SGD(LIN.parameters(), lr=1), None, 1.0), TypeError, r"model must be a torch\.nn\.Module"),
     ("sharding.clip_grad_norm max_norm=nan", lambda t: sh.clip_grad_norm(LIN, None, float("nan")), ValueError, r"max_norm must be a positive, finite number, got nan"),
     ("sharding.Zero1 clip_grad_norm_ max_norm=-1", lambda t: in_group(lambda: sh.Zero1(nn.Linear(3, 2), torch.optim.SGD, lr=0.1).clip_grad_norm_(-1)), ValueError, r"max_norm must be a positive, finite number, got -1"),
+    ("sharding.Recomputed not a module", lambda t: sh.Recomputed(torch.relu), TypeError, r"block must be a torch\.nn\.Module \(a model\), got builtin_function_or_method"),
+    ("sharding.recompute nothing to wrap", lambda t: sh.recompute(nn.Sequential(nn.ReLU())), ValueError, r"recompute: no child of the model holds parameters: nothing to wrap"),
+    ("sharding.expanding_mlp width=0", lambda t: sh.expanding_mlp(0), ValueError, r"width must be an integer >= 1, got 0"),
+    ("sharding.recompute_cost one round", lambda t: sh.recompute_cost(8, rounds=1), ValueError, r"rounds must be an integer >= 2, got 1: a spread needs two rounds or more"),
+    ("sharding.saved_bytes not a model", lambda t: sh.saved_bytes(torch.relu, torch.zeros(1)), TypeError, r"model must be a torch\.nn\.Module"),
     ("runtime.save_checkpoint of a ZeRO-3 model", lambda t: in_group(lambda: zero3_then(lambda net: rt.save_checkpoint(net, t / "m.pt"))), RuntimeError, r"Zero3: between steps each rank holds only its shard.*FSDP2 with save_sharded"),
 ]
 # fmt: on
