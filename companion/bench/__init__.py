@@ -84,12 +84,16 @@ def measure_and_report(
     measure: Callable[..., object],
     report: Callable[[object, Load | None], str],
     heading: Callable[[dict, object], str] | None = None,
+    in_process: bool = False,
 ) -> int:
     """A benchmark's ``main``: parse ``argv``, ``seen = measure(**options)``, print
     ``heading(options, seen)`` (the settings and hardware) and ``report(seen)`` (the
-    times and their ratios, measured in this one run); returns the exit status 0."""
+    times and their ratios, measured in this one run); returns the exit status 0.
+    ``in_process``: ``measure`` runs in this process, whose threads' CPU share then
+    tells a busy machine (:class:`~companion.core.noise.LoadWatch`)."""
     options = vars(parser.parse_args(argv))
-    watch = LoadWatch(options.get("world_size") or options.get("n_devices") or 1)
+    own = options.get("world_size") or options.get("n_devices") or 1
+    watch = LoadWatch(own, in_process=in_process)
     seen = measure(**options)
     load = watch.done()
     if heading is not None:

@@ -141,4 +141,4 @@ def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("baseline", __doc__, profile=None, model=None, rounds=3)
     parser.add_argument("--limit", type=positive_arg(int), help="use the first N images")
     parser.add_argument("--workers", type=count_arg, default=4, help="DataLoader workers")
-    return measure_and_report(parser, argv, measure, report)
+    return measure_and_report(parser, argv, measure, report, in_process=True)

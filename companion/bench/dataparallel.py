@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         default=list(BATCH_SIZES),
         help="global batch sizes",
     )
-    return measure_and_report(parser, argv, measure, report, _heading)
+    return measure_and_report(parser, argv, measure, report, _heading, in_process=True)
 
 
 def _heading(options: dict, rows: list[SweepRow]) -> str:

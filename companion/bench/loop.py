@@ -88,7 +88,7 @@ def report(secs: dict[str, tuple[float, Ratio | float]], load: Load | None = Non
 
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("loop", __doc__, profile=None, rounds=5)
-    return measure_and_report(parser, argv, measure, report, _heading)
+    return measure_and_report(parser, argv, measure, report, _heading, in_process=True)
 
 
 def _heading(options: dict, secs) -> str:

@@ -182,7 +182,7 @@ def report(t: SplitTimes, load: Load | None = None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("split", __doc__, profile=None, rounds=5, n_devices=2)
     parser.add_argument("--steps", type=positive_arg(int), default=None, help="default: one epoch")
-    return measure_and_report(parser, argv, measure, report, _heading)
+    return measure_and_report(parser, argv, measure, report, _heading, in_process=True)
 
 
 def _heading(options: dict, t: SplitTimes) -> str:

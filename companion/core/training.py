@@ -49,9 +49,8 @@ def set_seed(seed: int) -> None:
 
 
 class Timer:
-    """A wall-clock timer that synchronises ``device`` before reading the clock.
-
-    ``None`` synchronises the current GPU, if there is one.
+    """A wall-clock timer that synchronises ``device`` (``None``: the current GPU, if there
+    is one) before reading the clock.
 
     Use as a context manager; the elapsed seconds end up in ``.seconds``::
 
@@ -59,26 +58,27 @@ class Timer:
             train_epoch(...)
         t.seconds
 
-    On a CPU, ``.cpu_share`` is the share of the time its threads were ready to run that
-    they got a core (:func:`~companion.core.noise.cpu_share`): about 1 when the machine was
-    quiet, lower when other work held the cores and inflated the seconds. ``None`` on a
-    GPU, or where the system does not report it.
+    ``share=True`` (an epoch's timer): on a CPU, ``.cpu_share`` is also the share of the
+    time its threads were ready to run that they got a core (:func:`~.noise.cpu_share`):
+    about 1 on a quiet machine, lower when other work held the cores and inflated the
+    seconds; else ``None``. Reading the counters takes tens of microseconds a time.
     """
 
-    def __init__(self, device: torch.device | str | None = None):
+    def __init__(self, device: torch.device | str | None = None, share: bool = False):
         self.device = device if device is None else as_devices([device])[0]
-        self.seconds, self.cpu_share = 0.0, None
+        self.share, self.seconds, self.cpu_share = share, 0.0, None
 
     def __enter__(self) -> Timer:
         synchronize(self.device)
-        self._start, self._times = time.perf_counter(), scheduler_times()
+        on_cpu = not torch.cuda.is_available() if self.device is None else self.device.type == "cpu"
+        self._times = scheduler_times() if self.share and on_cpu else None
+        self._start = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
         synchronize(self.device)
         self.seconds = time.perf_counter() - self._start
-        on_cpu = not torch.cuda.is_available() if self.device is None else self.device.type == "cpu"
-        if on_cpu:
+        if self._times is not None:
             self.cpu_share = cpu_share(self._times, scheduler_times())
 
 
@@ -258,7 +258,7 @@ def train(
                 if lr_schedule is not None:  # the rate of the next step
                     set_lr(optimizer, lr_schedule(first + k))
 
-            with Timer(device) as t:
+            with Timer(device, share=True) as t:
                 loss, n = train_epoch(net, train_iter, loss_fn, optimizer, device, on_step, step)
             acc, secs, share = evaluate_accuracy(net, test_iter, device), t.seconds, t.cpu_share
             records.append(record(epoch, acc, seconds=secs, samples=n, loss=loss, cpu_share=share))

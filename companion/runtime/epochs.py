@@ -109,7 +109,7 @@ def train_epochs(
             if on_step is not None:
                 on_step(before + k, loss, samples)
 
-        with Timer(run.device) as timer:
+        with Timer(run.device, share=True) as timer:
             loss, samples = train_epoch(
                 run.net, run.train_iter, loss_fn, run.optimizer, run.device, counted, run.step, left
             )
