@@ -835,6 +835,8 @@ NO_ROW = {  # 'package.name': why it needs no bad-input row
     "sharding.hsdp_worker": WORKER,
     "sharding.accumulation_worker": WORKER,
     "sharding.recompute_worker": WORKER,
+    "sharding.hsdp_by_hand_worker": WORKER,
+    "sharding.hybrid_step": TAKES_OWN,
     "sharding.live_tensor_bytes": "takes no argument: it counts the tensors this process holds",
     "sharding.time_worker": WORKER,
     "sharding.ShardedResult": RECORD,

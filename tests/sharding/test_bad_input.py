@@ -130,6 +130,8 @@ CASES = [
     ("sharding.expanding_mlp width=0", lambda t: sh.expanding_mlp(0), ValueError, r"width must be an integer >= 1, got 0"),
     ("sharding.recompute_cost one round", lambda t: sh.recompute_cost(8, rounds=1), ValueError, r"rounds must be an integer >= 2, got 1: a spread needs two rounds or more"),
     ("sharding.saved_bytes not a model", lambda t: sh.saved_bytes(torch.relu, torch.zeros(1)), TypeError, r"model must be a torch\.nn\.Module"),
+    ("sharding.hybrid_groups without a group", lambda t: sh.hybrid_groups(2), RuntimeError, r"hybrid_groups needs a process group: call it inside a worker"),
+    ("sharding.hybrid_groups more replicas than ranks", lambda t: in_group(lambda: sh.hybrid_groups(2)), ValueError, r"replicas must be at most 1, got 2: the number of replicas \(nodes\)"),
     ("runtime.save_checkpoint of a ZeRO-3 model", lambda t: in_group(lambda: zero3_then(lambda net: rt.save_checkpoint(net, t / "m.pt"))), RuntimeError, r"Zero3: between steps each rank holds only its shard.*FSDP2 with save_sharded"),
 ]
 # fmt: on

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from companion.runtime import launch
-from companion.sharding.hybrid import hsdp_worker, split_bytes
+from companion.sharding.flat import padded_size
+from companion.sharding.hybrid import hsdp_by_hand_worker, hsdp_worker, split_bytes
 from companion.sharding.ledger import ring_cost
 from companion.sharding.verify import OPTIMIZERS, global_batches, one_process
 
@@ -16,16 +17,23 @@ from .workers import uneven_mesh_worker
 pytestmark = pytest.mark.ch9
 
 
-@pytest.mark.parametrize("world_size, replicas", [(4, 2), (2, 2), (2, 1), (3, 3)])
-def test_hsdp_equals_one_process_and_sends_a_shard_across(world_size, replicas):
+def _equal_to_one_process(worker, world_size: int, replicas: int) -> list:
+    """``worker``'s results on ``world_size`` ranks, each checked against one process."""
     batches = global_batches()
-    runs = launch(hsdp_worker, world_size, replicas, batches, backend="gloo", timeout=300)
-    shards = world_size // replicas
+    runs = launch(worker, world_size, replicas, batches, backend="gloo", timeout=300)
     for name in OPTIMIZERS:
         expected = one_process(batches, name)
         for got in runs:
             torch.testing.assert_close(got[name], expected, rtol=1e-9, atol=1e-12)
-    out = runs[0]
+    return runs
+
+
+@pytest.mark.parametrize("world_size, replicas", [(4, 2), (2, 2), (2, 1), (3, 3)])
+def test_hsdp_equals_one_process_and_sends_a_shard_across(world_size, replicas):
+    out, shards = (
+        _equal_to_one_process(hsdp_worker, world_size, replicas)[0],
+        world_size // replicas,
+    )
     calls = out["calls", "SGD momentum"]
     reduced = sum(b for kind, b in calls if kind == "all-reduce")  # the gradient shards
     B = out["grad bytes"]
@@ -43,6 +51,27 @@ def test_hsdp_equals_one_process_and_sends_a_shard_across(world_size, replicas):
         assert sent["within"] == pytest.approx(3 * (shards - 1) / shards * B, rel=0.03)
 
 
+@pytest.mark.parametrize("world_size, replicas", [(4, 2), (2, 2), (2, 1), (3, 3), (3, 1)])
+def test_hsdp_by_hand_on_process_groups_equals_one_process(world_size, replicas):
+    runs, shards = (
+        _equal_to_one_process(hsdp_by_hand_worker, world_size, replicas),
+        world_size // replicas,
+    )
+    calls = runs[0]["calls", "SGD momentum"]
+    numel = runs[0]["SGD momentum"].numel()  # the trainable numbers, float64
+    shard = 8 * padded_size(numel, shards) // shards  # bytes of one rank's shard
+    # a reduce-scatter and an all-gather of the whole in the replica; an all-reduce of the
+    # shard across (a ledger counts each collective by its whole buffer)
+    assert calls == [
+        ("reduce-scatter", shards * shard),
+        ("all-reduce", shard),
+        ("all-gather", shards * shard),
+    ]
+    sent = split_bytes(calls, replicas, shards)
+    assert sent["across"] == ring_cost("all-reduce", shard, replicas)[1]
+    assert sent["within"] == 2 * (shards - 1) * shard
+
+
 def test_split_bytes_prices_each_kind_on_its_dimension():
     calls = [("all-gather", 1000), ("reduce-scatter", 1000), ("all-reduce", 500)]
     assert split_bytes(calls, 2, 2) == {"within": 1000.0, "across": 500.0}
@@ -50,5 +79,6 @@ def test_split_bytes_prices_each_kind_on_its_dimension():
 
 
 def test_replicas_that_do_not_divide_the_ranks_are_refused_before_any_collective():
-    got = launch(uneven_mesh_worker, 3, 2, backend="gloo", timeout=120)
-    assert all(g.startswith("replicas must divide the world size 3, got 2") for g in got)
+    got = launch(uneven_mesh_worker, 3, 2, backend="gloo", timeout=120)  # FSDP2's, by hand
+    assert all(len(g) == 2 for g in got)
+    assert all(e.startswith("replicas must divide the world size 3, got 2") for g in got for e in g)

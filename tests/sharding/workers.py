@@ -322,10 +322,12 @@ def same_start_worker(rank, world_size, apart):
 
 
 def uneven_mesh_worker(rank, world_size, replicas):
-    from companion.sharding import device_mesh
+    from companion.sharding import device_mesh, hybrid_groups
 
-    try:
-        device_mesh("cpu", replicas)
-    except ValueError as err:
-        return str(err)
-    return None
+    refused = []
+    for build in (lambda: device_mesh("cpu", replicas), lambda: hybrid_groups(replicas)):
+        try:
+            build()
+        except ValueError as err:
+            refused.append(str(err))
+    return refused
