@@ -76,7 +76,7 @@ def recompute_cost(batch: int, rounds: int = 5, width: int = 96, depth: int = 4)
     """The same model with and without :func:`recompute` on one ``batch``: the bytes saved
     for backward (:func:`~.memory.saved_bytes`) and the time of a training step, the two
     sides taking turns in each round (``"time"``: recomputed / plain, a
-    :class:`~companion.core.noise.Ratio`; ``"load"``: the load average around it)."""
+    :class:`~companion.core.noise.Ratio`; ``"load"``: the :class:`~companion.core.noise.Load`, judged by this process's threads' share)."""
     check_int(batch, "batch")
     check_int(rounds, "rounds", 2, "a spread needs two rounds or more")
     g = torch.Generator().manual_seed(0)

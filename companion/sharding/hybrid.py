@@ -109,7 +109,8 @@ def hsdp_by_hand_worker(rank: int, world_size: int, replicas: int, batches) -> d
             with count_bytes() as ledger:
                 _share_loss(net, X.to(shard.device), y.to(shard.device)).backward()
                 hybrid_step(layout, shard, optimizer, groups)
-            out.update({("calls", name): ledger.calls} if i == 0 else {})
+            if i == 0:
+                out["calls", name] = ledger.calls
         out[name] = torch.cat([p.detach().reshape(-1).cpu() for p in layout.params])
     return out
 

@@ -69,7 +69,7 @@ class Point:
     @property
     def busy(self) -> bool:
         """This 1-device run, or the base of this speed-up, got less than
-        :data:`~companion.core.results.CPU_SHARE_QUIET` of a core while its threads were ready
+        :data:`~companion.core.noise.CPU_SHARE_QUIET` of a core while its threads were ready
         to run (:class:`~companion.core.training.Timer`)."""
         return self.base_busy or (self.cpu_share is not None and self.cpu_share < CPU_SHARE_QUIET)
 
