@@ -69,12 +69,20 @@ def verdicts(nb) -> dict[tuple[int, str], set[str]]:
     return found
 
 
+def _clip(text: str, head: int = 600, tail: int = 3000) -> str:
+    """An error's message, whole unless long: then its start and its end, where a
+    process's last output (the cause of a timeout, say) usually is."""
+    if len(text) <= head + tail:
+        return text
+    return f"{text[:head]}\n[... {len(text) - head - tail} characters ...]\n{text[-tail:]}"
+
+
 def problems_of(nb, committed, leftovers: list[str]) -> list[str]:
     found = []
     for i, cell in enumerate(nb.cells):
         for output in cell.get("outputs", []) if cell.cell_type == "code" else []:
             if output.get("output_type") == "error":
-                found.append(f"cell {i}: {output['ename']}: {output['evalue'][:300]}")
+                found.append(f"cell {i}: {output['ename']}: {_clip(output['evalue'])}")
         errs = [
             o.get("text", "")
             for o in cell.get("outputs", [])

@@ -305,6 +305,7 @@ CASES = [
     ("torchrun_command nproc=0", lambda t: rt.torchrun_command(0), ValueError, r"nproc must be an integer >= 1, got 0"),
     ("run_torchrun nproc=1.5", lambda t: rt.run_torchrun(1.5), TypeError, r"nproc must be an integer >= 1, got 1\.5"),
     ("run_torchrun timeout=-1", lambda t: rt.run_torchrun(1, timeout=-1), ValueError, r"timeout must be a positive, finite number, got -1"),
+    ("leave_now code=-1", lambda t: rt.leave_now(-1), ValueError, r"code must be an integer >= 0, got -1"),
     ("save_checkpoint to a directory", lambda t: rt.save_checkpoint(net(), t), IsADirectoryError, r"directory"),
     ("save_checkpoint under a file", lambda t: rt.save_checkpoint(net(), write(t, "f", b"") / "m.pt"), NotADirectoryError, r"is a file"),
     ("load_checkpoint missing", lambda t: rt.load_checkpoint(net(), t / "none.pt"), FileNotFoundError, r"none\.pt"),
@@ -654,6 +655,7 @@ CASES = [
     ("elastic.check_trainjob no spec", lambda t: el.check_trainjob({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob"}, "job.yaml"), el.LaunchFileError, r"job\.yaml: no 'spec' where the manifest needs one"),
     ("elastic.check_resumable not a snapshot", lambda t: el.check_resumable({"model": {}}, {}), el.SnapshotError, r"snapshot is not a snapshot \(a dict whose 'format' is not 1\)"),
     ("elastic.make_snapshot no scheduler", lambda t: el.make_snapshot(*_trio()[:2], None, epoch=0, position=0, step=0, config={}), TypeError, r"scheduler must be of type LRScheduler, got NoneType: pass warmup_schedule\(optimizer, 0\)"),
+    ("elastic.save_sharded_snapshot no scheduler", lambda t: el.save_sharded_snapshot(*_trio()[:2], None, t, epoch=0, position=0, step=0, config={}), TypeError, r"scheduler must be of type LRScheduler, got NoneType"),
     ("elastic.make_snapshot epoch=-1", lambda t: el.make_snapshot(*_trio(), epoch=-1, position=0, step=0, config={}), ValueError, r"epoch must be an integer >= 0, got -1"),
     ("elastic.restore a path, not a snapshot", lambda t: el.restore("s.pt", *_trio()), el.SnapshotError, r"snapshot is not a snapshot \(str\): pass what make_snapshot returns or load_snapshot reads"),
     ("elastic.set_rng_state torch's state tensor", lambda t: el.set_rng_state(torch.get_rng_state()), TypeError, r"state must be what rng_state\(\) returns \(a dict\), got Tensor"),
@@ -797,6 +799,7 @@ WORKER = "a worker that companion.runtime.launch starts with the package's own a
 TRACE = "draws or reads the traces that the package's record_* functions and traced all-reduces return, never a user's values"
 TAKES_OWN = "takes only objects the package builds for it (a Rank from setup_rank, a rebuilt DDP), not a user's values"
 NO_ROW = {  # 'package.name': why it needs no bad-input row
+    "sharding.is_sharded_checkpoint": "a yes-or-no question about any path: nothing to refuse",
     "core.reduce_scatter_single": "passes its arguments to torch.distributed's own collective, which checks them",
     "core.all_gather_single": "passes its arguments to torch.distributed's own collective, which checks them",
     "runtime.train_epochs": TAKES_OWN,
@@ -972,7 +975,7 @@ CLI_NO_ROW = {
     "bench compression --model": "passed to get_model (ddp --model vgg, get_model unknown)",
     "bench internals --model": "passed to get_model (get_model unknown)",
     "bench baseline --model": "passed to get_model (get_model unknown)",
-    "elastic --records": FREE_TEXT,
+    "elastic --records": FREE_TEXT, "elastic --sharded": FLAG,
 }
 # fmt: on
 

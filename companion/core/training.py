@@ -66,12 +66,12 @@ class Timer:
 
     def __init__(self, device: torch.device | str | None = None, share: bool = False):
         self.device = device if device is None else as_devices([device])[0]
-        self.share, self.seconds, self.cpu_share = share, 0.0, None
+        on_cpu = not torch.cuda.is_available() if device is None else self.device.type == "cpu"
+        self.share, self.seconds, self.cpu_share = share and on_cpu, 0.0, None
 
     def __enter__(self) -> Timer:
         synchronize(self.device)
-        on_cpu = not torch.cuda.is_available() if self.device is None else self.device.type == "cpu"
-        self._times = scheduler_times() if self.share and on_cpu else None
+        self._times = scheduler_times() if self.share else None
         self._start = time.perf_counter()
         return self
 

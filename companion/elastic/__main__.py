@@ -1,7 +1,6 @@
 """``python -m companion.elastic`` (under torchrun): see :mod:`companion.elastic.cli`."""
 
-import sys
-
+from ..runtime.torchrun import leave_now
 from .cli import main
 
-sys.exit(main())
+leave_now(main())  # a clean return only: errors and --help exit as usual

@@ -155,5 +155,5 @@ def run_agents(
     ]
 
 
-def _tail(path: Path, chars: int = 1000) -> str:
+def _tail(path: Path, chars: int = 2500) -> str:
     return path.read_text()[-chars:]

@@ -70,7 +70,17 @@ def build_parser() -> argparse.ArgumentParser:
                 action.help = "learning rate (default: the profile's times (1 - momentum))"
             parser._add_action(action)
     add = parser.add_argument
-    add("--snapshot", required=True, help="snapshot file, on storage every node sees")
+    add(
+        "--snapshot",
+        required=True,
+        help="snapshot file (a folder with --sharded), on storage every node sees",
+    )
+    add(
+        "--sharded",
+        action="store_true",
+        help="shard the model with FSDP2 (chapter 9): every process writes its shards "
+        "of each snapshot, which then loads on any number of processes",
+    )
     add(
         "--snapshot-every",
         type=positive_arg(int),
@@ -87,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _check(args: argparse.Namespace) -> None:
     args.checkpoint = None
     check_options(args, int(os.environ.get("WORLD_SIZE", "1")))
-    if os.path.isdir(args.snapshot):
+    if os.path.isdir(args.snapshot) and not args.sharded:
         raise ValueError(
             f"--snapshot {args.snapshot} is a directory; give a file name, "
             f"e.g. {os.path.join(args.snapshot, 'snapshot.pt')}"
@@ -126,7 +136,12 @@ def main(argv: list[str] | None = None) -> int:
                 say(done)
             return 0
         opts = ElasticOptions(
-            args.snapshot, args.snapshot_every, args.momentum, args.warmup_steps, args.log_dir
+            args.snapshot,
+            args.snapshot_every,
+            args.momentum,
+            args.warmup_steps,
+            args.log_dir,
+            args.sharded,
         )
         result = train_elastic(data, cfg, opts)
         if rank == 0 and result.records:

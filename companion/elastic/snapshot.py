@@ -39,6 +39,7 @@ from torch import nn
 from ..core.checks import check_instance, check_int, check_module
 from ..core.files import atomic_write
 from ..runtime.checkpoint import unwrap
+from ..sharding.checkpoint import is_sharded_checkpoint, load_extra, load_sharded, save_sharded
 
 __all__ = [
     "SnapshotError",
@@ -47,6 +48,7 @@ __all__ = [
     "set_rng_state",
     "make_snapshot",
     "save_snapshot",
+    "save_sharded_snapshot",
     "load_snapshot",
     "restore",
     "check_resumable",
@@ -91,14 +93,19 @@ def make_snapshot(
     position: int,
     step: int,
     config: dict[str, Any],
+    sharded: bool = False,
 ) -> dict[str, Any]:
-    """Everything to resume at ``(epoch, position)``, after ``step`` global steps."""
+    """Everything to resume at ``(epoch, position)``, after ``step`` global steps.
+
+    ``sharded``: the model and optimizer are left out (``None``), as every
+    rank writes its own shards of them (:func:`save_sharded_snapshot`).
+    """
     _check_parts(net, optimizer, scheduler, epoch=epoch, position=position, step=step)
     cpu = lambda state: {k: v.detach().cpu() for k, v in state.items()}  # noqa: E731
     return {
         "format": FORMAT,
-        "model": cpu(unwrap(net).state_dict()),
-        "optimizer": optimizer.state_dict(),
+        "model": None if sharded else cpu(unwrap(net).state_dict()),
+        "optimizer": None if sharded else optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
         "epoch": epoch,
         "position": position,
@@ -106,6 +113,25 @@ def make_snapshot(
         "rng": rng_state(),
         "config": dict(config),
     }
+
+
+def save_sharded_snapshot(
+    net: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    path: str | Path,
+    **at: Any,
+) -> Path:
+    """A snapshot of a sharded model (FSDP2), written by *every* rank into the folder ``path``.
+
+    No rank holds the whole model, so each writes its shards of the model and
+    optimizer (:func:`~companion.sharding.checkpoint.save_sharded`, DCP); rank
+    0 adds the rest of the snapshot beside them (``at``: :func:`make_snapshot`'s
+    ``epoch``, ``position``, ``step``, ``config``). The folder replaces the last
+    one atomically, and loads on another world size.
+    """
+    rest = make_snapshot(net, optimizer, scheduler, **at, sharded=True)
+    return save_sharded(net, optimizer, path, extra=rest)
 
 
 def _check_parts(net, optimizer, scheduler, **counts: int) -> None:
@@ -133,12 +159,17 @@ def load_snapshot(path: str | Path) -> dict[str, Any] | None:
     read onto the CPU (``weights_only``: no code runs while loading).
     """
     path = Path(path)
-    if path.is_dir():
-        raise SnapshotError(f"{path} is a directory; give the snapshot's file name")
+    if path.is_dir() and not is_sharded_checkpoint(path):
+        raise SnapshotError(
+            f"{path} is a directory but not a sharded snapshot; give the snapshot's file name"
+        )
     if not path.exists():
         return None
     try:
-        snapshot = torch.load(path, map_location="cpu", weights_only=True)
+        if path.is_dir():  # sharded: rank 0's part here, the shards read by restore()
+            snapshot = {**load_extra(path), "sharded": str(path)}
+        else:
+            snapshot = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise SnapshotError(
             f"{path} is not a readable snapshot ({type(err).__name__}); it may be "
@@ -160,8 +191,11 @@ def restore(
 ) -> tuple[int, int, int]:
     """Load ``snapshot`` into the model, optimizer, scheduler and RNGs: ``(epoch, position, step)``."""
     check_snapshot(snapshot)
-    unwrap(net).load_state_dict(snapshot["model"])
-    optimizer.load_state_dict(snapshot["optimizer"])
+    if "sharded" in snapshot:  # every rank reads the pieces of its own shards
+        load_sharded(net, optimizer, snapshot["sharded"])
+    else:
+        unwrap(net).load_state_dict(snapshot["model"])
+        optimizer.load_state_dict(snapshot["optimizer"])
     scheduler.load_state_dict(snapshot["scheduler"])
     set_rng_state(snapshot["rng"])
     return snapshot["epoch"], snapshot["position"], snapshot["step"]
@@ -206,18 +240,28 @@ def _where(epoch: int, position: int, epochs: int | None) -> str:
 def describe_snapshot(snapshot: dict[str, Any]) -> str:
     """A few lines on what a snapshot holds."""
     check_snapshot(snapshot)
-    state = snapshot["optimizer"]["state"]
-    momentum = sum(1 for s in state.values() if s.get("momentum_buffer") is not None)
     config = snapshot["config"]
     rng = snapshot["rng"]
-    return "\n".join(
-        [
-            f"where:     {_where(snapshot['epoch'], snapshot['position'], config.get('epochs'))}, "
-            f"after {snapshot['step']} global steps",
+    if "sharded" in snapshot:
+        files = sorted(Path(snapshot["sharded"]).glob("*.distcp"))
+        held = [
+            f"model:     in shards, {len(files)} DCP file(s) (one per saving rank)",
+            f"optimizer: lr {snapshot['scheduler']['_last_lr'][0]:.4g}, moments in the shards",
+        ]
+    else:
+        state = snapshot["optimizer"]["state"]
+        momentum = sum(1 for s in state.values() if s.get("momentum_buffer") is not None)
+        held = [
             f"model:     {len(snapshot['model'])} tensors, "
             f"{sum(t.numel() for t in snapshot['model'].values()):,} numbers",
             f"optimizer: lr {snapshot['optimizer']['param_groups'][0]['lr']:.4g}, "
             f"{momentum} momentum buffers",
+        ]
+    return "\n".join(
+        [
+            f"where:     {_where(snapshot['epoch'], snapshot['position'], config.get('epochs'))}, "
+            f"after {snapshot['step']} global steps",
+            *held,
             f"scheduler: {snapshot['scheduler']['last_epoch']} steps taken",
             f"rng:       rank 0's python, torch CPU, {len(rng['cuda'])} CUDA device(s) "
             "(restored on every rank)",

@@ -36,10 +36,10 @@ from ..core.lines import say
 from ..core.lr import warmup_lr
 from ..core.profiles import get_profile
 from ..core.results import Record
-from ..core.training import flat_params
 from ..ddp.config import DDPConfig
 from ..ddp.loop import setup_rank, wrap_ddp
-from ..runtime.epochs import train_epochs
+from ..runtime.epochs import Rank, train_epochs
+from ..sharding.training import full_parameters, setup_sharded
 from .rendezvous import attempt, join_elastic
 from .sampler import ResumableSampler
 from .snapshot import (
@@ -47,6 +47,7 @@ from .snapshot import (
     load_snapshot,
     make_snapshot,
     restore,
+    save_sharded_snapshot,
     save_snapshot,
 )
 
@@ -64,6 +65,7 @@ class ElasticOptions:
     momentum: float = 0.9
     warmup_steps: int = 10  # linear lr warm-up
     log_dir: str | None = None  # TensorBoard, rank 0
+    sharded: bool = False  # FSDP2 (chapter 9) instead of DDP; the snapshot is then a folder
 
     def check(self) -> ElasticOptions:
         check_int(self.snapshot_every, "snapshot_every")
@@ -78,7 +80,7 @@ class ElasticResult(NamedTuple):
 
     records: list[Record]  # one per epoch trained in this attempt, on rank 0
     losses: list[tuple[int, float]]  # (global step, mean loss over all ranks)
-    params: torch.Tensor  # the final parameters, flattened, on the CPU
+    params: torch.Tensor  # the final trainable parameters, whole, flattened, on the CPU
     resumed_from: int  # the step of the snapshot loaded at start (0: fresh)
 
 
@@ -118,6 +120,7 @@ def _run_config(cfg: DDPConfig, opts: ElasticOptions, data: Data, world: int) ->
         "per_rank_batch": cfg.per_rank_batch,
         "log_dir": opts.log_dir,
         "snapshot_every": opts.snapshot_every,
+        **({"sharded": True} if opts.sharded else {}),  # DDP's snapshots predate the option
     }
 
 
@@ -160,11 +163,12 @@ def _kill_if_asked(step: int) -> None:
 
 
 def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticResult:
-    """Train with DDP from the last snapshot (or afresh); every rank calls it.
+    """Train with DDP (or FSDP2) from the last snapshot (or afresh); every rank calls it.
 
     Chapter 5's loop (:mod:`companion.ddp.loop`) with SGD with momentum, a
     resumable sampler and snapshots taken by its ``on_step`` and
-    ``on_epoch`` hooks. ``cfg.max_steps`` stops the run after that many
+    ``on_epoch`` hooks. With ``opts.sharded`` the model is chapter 9's FSDP2
+    and every rank writes its shards of each snapshot. ``cfg.max_steps`` stops the run after that many
     global steps as a crash would, with no snapshot at that step (a resume
     starts from the last one).
     """
@@ -175,8 +179,7 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
     config = _run_config(cfg, opts, data, world)
     snapshot = _load_agreed(opts.snapshot, config)
     sampler = ResumableSampler(data.train, world, dist.get_rank(), cfg.seed)
-    momentum_sgd = partial(torch.optim.SGD, momentum=opts.momentum)
-    run = setup_rank(data, cfg, "elastic DDP", wrap_ddp, momentum_sgd, sampler=sampler)
+    run = _setup(data, cfg, opts, sampler)
     scheduler = warmup_schedule(run.optimizer, opts.warmup_steps)
     first = position = 0
     if snapshot is not None:
@@ -185,8 +188,10 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
     resumed_from, log = run.steps, StepLog(cfg, opts, sampler, run.steps)
 
     def save(epoch: int, position: int) -> None:
-        if dist.get_rank() == 0:
-            at = dict(epoch=epoch, position=position, step=run.steps, config=config)
+        at = dict(epoch=epoch, position=position, step=run.steps, config=config)
+        if opts.sharded:  # every rank writes its shards
+            save_sharded_snapshot(run.net, run.optimizer, scheduler, opts.snapshot, **at)
+        elif dist.get_rank() == 0:
             save_snapshot(make_snapshot(run.net, run.optimizer, scheduler, **at), opts.snapshot)
 
     def on_step(step: int, loss: torch.Tensor, samples: int) -> None:
@@ -214,7 +219,15 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
         records = train_epochs(run, on_step, on_epoch, first_epoch=first)
     finally:
         log.close()
-    return ElasticResult(records, log.losses, flat_params(run.net), resumed_from)
+    return ElasticResult(records, log.losses, full_parameters(run.net, run.optimizer), resumed_from)
+
+
+def _setup(data: Data, cfg: DDPConfig, opts: ElasticOptions, sampler) -> Rank:
+    """Chapter 5's rank setup with DDP, or with chapter 9's FSDP2 (``opts.sharded``)."""
+    if opts.sharded:
+        return setup_sharded(data, cfg, "FSDP2", "elastic FSDP2", opts.momentum, sampler=sampler)
+    momentum_sgd = partial(torch.optim.SGD, momentum=opts.momentum)
+    return setup_rank(data, cfg, "elastic DDP", wrap_ddp, momentum_sgd, sampler=sampler)
 
 
 class StepLog:

@@ -38,15 +38,27 @@ from .library import fsdp2
 from .training import full_parameters
 from .verify import _share_step
 
-__all__ = ["save_sharded", "load_sharded", "checkpoint_worker"]
+__all__ = [
+    "save_sharded",
+    "load_sharded",
+    "is_sharded_checkpoint",
+    "load_extra",
+    "checkpoint_worker",
+]
+
+EXTRA = "extra.pt"  # save_sharded's whole state beside the shards
 
 
-def save_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str | Path) -> Path:
+def save_sharded(
+    model: nn.Module, optimizer: torch.optim.Optimizer, path: str | Path, extra: dict | None = None
+) -> Path:
     """Every rank writes its shards of model and optimizer into the folder ``path``.
 
     Atomic as a whole: the ranks write into ``path.partial``, and once all
     are done rank 0 puts it in place of ``path``, so a crash leaves either
-    the old checkpoint or the new one, never a mix.
+    the old checkpoint or the new one, never a mix. ``extra`` (rank 0's:
+    small, whole state such as the step or an lr scheduler) goes into the
+    same folder, for :func:`load_extra`.
     """
     check_group("save_sharded")
     path, partial = Path(path), Path(f"{path}.partial")
@@ -54,6 +66,8 @@ def save_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str |
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(partial))
     dist.barrier()  # every rank's shards are written
     if dist.get_rank() == 0:
+        if extra is not None:
+            torch.save(extra, partial / EXTRA)
         old = Path(f"{path}.old")
         if path.exists():
             os.replace(path, old)
@@ -63,13 +77,29 @@ def save_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str |
     return path
 
 
-def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str | Path) -> None:
-    """Every rank reads the pieces its own shards need, whatever the saving world size."""
-    if not (Path(path) / ".metadata").is_file():
+def is_sharded_checkpoint(path: str | Path) -> bool:
+    """Whether ``path`` is a folder that :func:`save_sharded` wrote."""
+    return (Path(path) / ".metadata").is_file()
+
+
+def load_extra(path: str | Path) -> dict | None:
+    """What :func:`save_sharded` was given as ``extra`` (``None``: nothing); no group needed."""
+    _check_checkpoint(path)
+    extra = Path(path) / EXTRA
+    return torch.load(extra, map_location="cpu", weights_only=True) if extra.exists() else None
+
+
+def _check_checkpoint(path: str | Path) -> None:
+    if not is_sharded_checkpoint(path):
         raise FileNotFoundError(
             f"no DCP checkpoint at {str(path)!r} (its .metadata file is missing): "
             f"give the folder that save_sharded wrote"
         )
+
+
+def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str | Path) -> None:
+    """Every rank reads the pieces its own shards need, whatever the saving world size."""
+    _check_checkpoint(path)
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
     # A parameter that never had a gradient (unused) has no optimizer state in the

@@ -68,14 +68,10 @@ def hybrid_groups(replicas: int) -> tuple[dist.ProcessGroup, dist.ProcessGroup]:
     check_int(replicas, "replicas", 1, "the number of replicas (nodes)", n)
     if n % replicas:
         raise ValueError(f"replicas must divide the world size {n}, got {replicas}")
-    S, mine = n // replicas, {}
-    for r in range(replicas):  # the S ranks of replica r
-        group = dist.new_group(list(range(r * S, (r + 1) * S)))
-        mine["replica"] = group if rank // S == r else mine.get("replica")
-    for s in range(S):  # the R ranks that hold shard s
-        group = dist.new_group(list(range(s, n, S)))
-        mine["shard"] = group if rank % S == s else mine.get("shard")
-    return mine["replica"], mine["shard"]
+    S = n // replicas
+    within = [dist.new_group(list(range(r * S, (r + 1) * S))) for r in range(replicas)]
+    across = [dist.new_group(list(range(s, n, S))) for s in range(S)]  # who holds shard s
+    return within[rank // S], across[rank % S]
 
 
 def hybrid_step(layout: FlatShards, shard: torch.Tensor, optimizer, groups) -> None:

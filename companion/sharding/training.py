@@ -32,7 +32,7 @@ from ..ddp.config import DDPConfig
 from ..ddp.loop import setup_rank
 from ..internals.naive import trainable_parameters
 from ..runtime.checkpoint import unwrap
-from ..runtime.epochs import train_epochs
+from ..runtime.epochs import Rank, train_epochs
 from ..runtime.group import check_group, ddp_device_ids, rank_device
 from .library import fsdp2, zero_redundancy
 from .scaler import ShardedScaler
@@ -46,6 +46,7 @@ __all__ = [
     "full_parameters",
     "ShardedResult",
     "train_sharded",
+    "setup_sharded",
     "sharded_worker",
 ]
 
@@ -140,6 +141,17 @@ def train_sharded(
     """
     check_choice(method, "method", METHODS)
     cfg = DDPConfig(get_profile(profile).name, **options).resolve(check_group("train_sharded")[1])
+    run = setup_sharded(data, cfg, method, method, momentum)
+    records = train_epochs(run)
+    return ShardedResult(records, full_parameters(run.net, run.optimizer))
+
+
+def setup_sharded(
+    data: Data, cfg: DDPConfig, method: str, label: str, momentum: float = 0.0, **setup: Any
+) -> Rank:
+    """Chapter 5's :func:`~companion.ddp.loop.setup_rank` with ``method``: ``wrap`` shards
+    the seeded model and ``make_optimizer`` hands over the optimizer built with it (SGD)."""
+    check_choice(method, "method", METHODS)
     mode = check_precision(MathMode(cfg.precision, rank_device()), method)
     made = {}
 
@@ -161,9 +173,7 @@ def train_sharded(
         return step_for(mode)
 
     hand_over = lambda params, lr: made["optimizer"]  # noqa: E731 (built by wrap)
-    run = setup_rank(data, cfg, method, wrap, make_optimizer=hand_over, make_step=make_step)
-    records = train_epochs(run)
-    return ShardedResult(records, full_parameters(run.net, run.optimizer))
+    return setup_rank(data, cfg, label, wrap, hand_over, make_step, **setup)
 
 
 def sharded_worker(

@@ -8,6 +8,7 @@ import re
 import pytest
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.testing import assert_close
 
 from companion.core import load_data
@@ -15,6 +16,8 @@ from companion.ddp import DDPConfig
 from companion.elastic import (
     ElasticOptions,
     SnapshotError,
+    describe_snapshot,
+    load_snapshot,
     run_agents,
     standalone_command,
     train_elastic,
@@ -95,3 +98,39 @@ def test_another_runs_snapshot_is_refused(one_process_group, tmp_path):
         train_elastic(data, DDPConfig("ci", epochs=1, global_batch=32), opts)
     with pytest.raises(SnapshotError, match=r"another run \(clip: None -> 1\.0\)"):
         train_elastic(data, DDPConfig("ci", epochs=1, global_batch=64, clip=1.0), opts)
+
+
+def test_a_sharded_resume_in_one_process_restores_everything(one_process_group, tmp_path):
+    data, cfg = small_data(), DDPConfig("ci", epochs=2, global_batch=64)
+    whole = train_elastic(data, cfg, ElasticOptions(str(tmp_path / "a"), 4, sharded=True))
+    opts = ElasticOptions(str(tmp_path / "b"), 4, sharded=True)
+    stopped = train_elastic(data, DDPConfig("ci", epochs=2, global_batch=64, max_steps=7), opts)
+    assert stopped.losses[-1][0] == 7 and load_snapshot(opts.snapshot)["step"] == 4
+    resumed = train_elastic(data, cfg, opts)  # the shards of step 4 read back by DCP
+    assert resumed.resumed_from == 4 and resumed.losses[:3] == stopped.losses[4:]
+    assert_close(resumed.params, whole.params, rtol=0, atol=0)
+    snapshot = load_snapshot(opts.snapshot)
+    assert (snapshot["epoch"], snapshot["step"], snapshot["sharded"]) == (2, 20, opts.snapshot)
+    assert "model:     in shards, 1 DCP file(s)" in describe_snapshot(snapshot)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # no .partial left
+    with pytest.raises(SnapshotError, match=r"another run \(sharded: True -> None\)"):
+        train_elastic(data, cfg, ElasticOptions(opts.snapshot, 4))  # DDP on FSDP2's snapshot
+
+
+def test_a_worker_killed_under_fsdp2_resumes_to_the_uninterrupted_parameters(tmp_path):
+    args = [*snapshot_args(tmp_path / "whole"), "--sharded"]
+    [whole] = run_agents([standalone_command(2, args)], timeout=TIMEOUT)
+    args = [*snapshot_args(tmp_path / "killed"), "--sharded"]
+    [run] = run_agents(
+        [standalone_command(2, args, max_restarts=1)], timeout=TIMEOUT, kill={0: "1:30"}
+    )
+    whole.check(), run.check()
+    lines = [line for line in run.stdout.splitlines() if not line.startswith("step ")]
+    assert "attempt 1: 2 processes, resumed from step 20 (epoch 1, position 1280)" in lines
+    assert_no_process_left(str(tmp_path))
+    for name in ("whole", "killed"):
+        dcp_to_torch_save(tmp_path / name, tmp_path / f"{name}.pt")
+    killed, reference = (torch.load(tmp_path / f"{n}.pt")["model"] for n in ("killed", "whole"))
+    assert killed.keys() == reference.keys() and len(killed) == 10
+    for name, tensor in killed.items():
+        assert_close(tensor, reference[name], rtol=0, atol=0)

@@ -115,6 +115,8 @@ CASES = [
     ("sharding.plot_zero3_timeline no runs", lambda t: sh.plot_zero3_timeline({}), ValueError, r"give at least one run's events, e\.g\. \{'no prefetch': events\}"),
     ("sharding.record_zero3_step without a group", lambda t: sh.record_zero3_step(0, 2, True), RuntimeError, r"no process group: call rank_device\(\) inside a worker started by launch\(\)"),
     ("sharding.save_sharded without a group", lambda t: sh.save_sharded(LIN, torch.optim.SGD(LIN.parameters(), lr=1), t / "ckpt"), RuntimeError, r"save_sharded needs a process group"),
+    ("sharding.setup_sharded unknown method", lambda t: sh.setup_sharded(None, None, "ZeRO-4", "x"), ValueError, r"unknown method 'ZeRO-4'; choose one of"),
+    ("sharding.load_extra no checkpoint", lambda t: sh.load_extra(t), FileNotFoundError, r"no DCP checkpoint at .*: give the folder that save_sharded wrote"),
     ("sharding.train_sharded without a group", lambda t: sh.train_sharded(None, "ci"), RuntimeError, r"train_sharded needs a process group"),
     ("sharding.Zero3 a model sharded twice", lambda t: in_group(lambda: sharded_twice(sh.Zero3, sh.Zero3)), ValueError, r"Zero3: this model is already sharded by Zero3 \(a cell run twice\?\): build a fresh model and shard that"),
     ("sharding.Zero1 a model that Zero3 shards", lambda t: in_group(lambda: sharded_twice(sh.Zero3, sh.Zero1)), ValueError, r"Zero1: this model is already sharded by Zero3"),
