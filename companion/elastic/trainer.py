@@ -168,9 +168,9 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
     Chapter 5's loop (:mod:`companion.ddp.loop`) with SGD with momentum, a
     resumable sampler and snapshots taken by its ``on_step`` and
     ``on_epoch`` hooks. With ``opts.sharded`` the model is chapter 9's FSDP2
-    and every rank writes its shards of each snapshot. ``cfg.max_steps`` stops the run after that many
-    global steps as a crash would, with no snapshot at that step (a resume
-    starts from the last one).
+    and every rank writes its shards of each snapshot. ``cfg.max_steps``
+    stops the run after that many global steps as a crash would, with no
+    snapshot at that step (a resume starts from the last one).
     """
     check_data(data)
     join_elastic()
