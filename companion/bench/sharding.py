@@ -7,8 +7,10 @@ first rotating (a step's time is the slowest rank's; ZeRO-3 / FSDP2 is the
 median of the rounds' paired ratios, with their range); and, for every method of
 ``companion.sharding.METHODS``, rank 0's bytes of parameters, gradients and
 Adam state after a step, its peak sampled within the step (as each layer
-starts and ends its forward, and after each gradient), and the ZeRO formula. The ratios are printed with the hardware, profile and
-precision that produced them, and judged against the book's target
+starts and ends its forward, after each gradient, and as each collective is
+called, with that call's own buffers), and the ZeRO formula. The ratios are
+printed with the hardware, profile and precision that produced them, and judged
+against the book's target
 (``companion.core.noise.TARGETS``); ZeRO-3's state is checked against its
 formula (within 10%: a byte count, not a timing).
 """

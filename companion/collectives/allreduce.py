@@ -112,14 +112,18 @@ def sendrecv(send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, wait: b
     return []
 
 
+def _check_chunks(numel: int, world_size: int) -> None:
+    check_int(numel, "numel", 0)
+    check_int(world_size, "world_size")
+
+
 def chunk_bounds(numel: int, world_size: int) -> list[tuple[int, int]]:
     """``world_size`` contiguous ``(start, stop)`` ranges covering ``numel`` elements.
 
     Sizes differ by at most one (the first ``numel % world_size`` chunks are one
     longer); with fewer elements than ranks some chunks are empty.
     """
-    check_int(numel, "numel", 0)
-    check_int(world_size, "world_size")
+    _check_chunks(numel, world_size)
     base, extra = divmod(numel, world_size)
     bounds, start = [], 0
     for i in range(world_size):

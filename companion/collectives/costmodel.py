@@ -113,7 +113,8 @@ def time_allreduce(
     for i, n in enumerate(numels):
         for j, name in enumerate(algorithms):
             rounds = tuple(times[i, j, warmup:].tolist())
-            found.append(Measurement(name, world_size, n * size, statistics.median(rounds), rounds))
+            seconds = statistics.median(rounds)
+            found.append(Measurement(name, world_size, n * size, seconds, rounds=rounds))
     return found
 
 
@@ -172,6 +173,13 @@ def _check_timing(numels, algorithms, repeats: int, warmup: int = 0) -> None:
     check_int(warmup, "warmup", 0)
 
 
+def _check_pairs(n: np.ndarray, t: np.ndarray) -> None:
+    if t.shape != n.shape or t.size < 2:
+        raise ValueError(f"need at least two (nbytes, seconds) pairs, got {n.size}, {t.size}")
+    if np.any(t <= 0):
+        raise ValueError("measured times must be positive")
+
+
 def fit_alpha_beta(
     nbytes: Sequence[float], seconds: Sequence[float], messages=1.0, volume=1.0
 ) -> tuple[float, float]:
@@ -185,10 +193,7 @@ def fit_alpha_beta(
     zero and the other one refitted.
     """
     t, n = np.asarray(seconds, dtype=float), np.asarray(nbytes, dtype=float)
-    if t.shape != n.shape or t.size < 2:
-        raise ValueError(f"need at least two (nbytes, seconds) pairs, got {n.size}, {t.size}")
-    if np.any(t <= 0):
-        raise ValueError("measured times must be positive")
+    _check_pairs(n, t)
     columns = [np.broadcast_to(messages, t.shape), np.broadcast_to(volume, t.shape) * n]
     A, b = np.stack(columns, axis=1) / t[:, None], np.ones_like(t)
     alpha, beta = np.linalg.lstsq(A, b, rcond=None)[0]

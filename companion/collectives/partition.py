@@ -57,6 +57,24 @@ __all__ = [
 ]
 
 
+def _check_sizes(sizes: Sequence[int], n: int) -> None:
+    if any(not isinstance(s, int) or isinstance(s, bool) for s in sizes):
+        raise TypeError(
+            f"sizes are sample counts (integers), got {list(sizes)}; for "
+            f"equal shards use DataPartitioner.even(dataset, world_size)"
+        )
+    if not sizes or min(sizes) < 0 or sum(sizes) > n:
+        raise ValueError(
+            f"sizes {list(sizes)} must be non-negative and add up to at most "
+            f"the {n} samples of the dataset"
+        )
+
+
+def _check_even(dataset: Dataset, world_size: int) -> None:
+    check_int(world_size, "world_size")
+    check_not_empty(dataset, "dataset", "give a data set with samples")
+
+
 class DataPartitioner:
     """A seeded split of a dataset into disjoint shards of given sizes (sample counts).
 
@@ -68,16 +86,7 @@ class DataPartitioner:
     """
 
     def __init__(self, dataset: Dataset, sizes: Sequence[int], seed: int = 1234):
-        if any(not isinstance(s, int) or isinstance(s, bool) for s in sizes):
-            raise TypeError(
-                f"sizes are sample counts (integers), got {list(sizes)}; for "
-                f"equal shards use DataPartitioner.even(dataset, world_size)"
-            )
-        if not sizes or min(sizes) < 0 or sum(sizes) > len(dataset):
-            raise ValueError(
-                f"sizes {list(sizes)} must be non-negative and add up to at most "
-                f"the {len(dataset)} samples of the dataset"
-            )
+        _check_sizes(sizes, len(dataset))
         self.dataset = dataset
         g = torch.Generator().manual_seed(seed)
         order = torch.randperm(len(dataset), generator=g)
@@ -89,8 +98,7 @@ class DataPartitioner:
 
         The remainder (fewer than ``world_size`` samples) is left out.
         """
-        check_int(world_size, "world_size")
-        check_not_empty(dataset, "dataset", "give a data set with samples")
+        _check_even(dataset, world_size)
         return cls(dataset, [len(dataset) // world_size] * world_size, seed)
 
     def __len__(self) -> int:
@@ -174,8 +182,7 @@ def train_worker(
     training, training loss averaged over all ranks. ``max_steps`` stops
     early. The hand-written all-reduces compute in fp32 only.
     """
-    check_data(data)
-    _check_worker(model, global_batch, epochs, lr, allreduce, max_steps, channels_last)
+    _check_worker(data, model, global_batch, epochs, lr, allreduce, max_steps, channels_last)
     profile = get_profile(profile)
     precision = check_fp32(precision or profile.precision, "train_worker")
     model, lr, device = model or profile.model, lr or profile.lr, rank_device()
@@ -225,8 +232,9 @@ def _rank0_accuracy(net: nn.Module, test: Dataset) -> float:
     return evaluate_accuracy(net, DeviceLoader(test, 256, model_device(net), shuffle=False))
 
 
-def _check_worker(model, global_batch, epochs, lr, allreduce, max_steps, channels_last) -> None:
+def _check_worker(data, model, global_batch, epochs, lr, allreduce, max_steps, channels_last):
     """``None`` means the profile's; anything else must be valid (0 is not ``None``)."""
+    check_data(data)
     if channels_last:
         raise ValueError("train_worker keeps the default memory layout: pass channels_last=False")
     if max_steps is not None and max_steps < 1:

@@ -144,9 +144,15 @@ def trace_allreduce(rank: int, world_size: int, algorithm: str = "ring") -> list
         raise ValueError(f"cannot trace {algorithm!r}; choose from {list(TRACED)}")
     x = torch.arange(1, world_size + 1, dtype=torch.float64, device=rank_device())
     x *= 10.0**rank
-    steps = [Step(-1, "start", rank, None, None, None, None, tuple(x.tolist()))]
+    start = dict(sent_to=None, sent=None, received_from=None, received=None)
+    steps = [Step(-1, "start", rank, **start, after=tuple(x.tolist()))]
     ALLREDUCES[algorithm](x, trace=steps)
     return steps
+
+
+def _check_how(how: str) -> None:
+    if how not in ("raise", "exit", "signal", "hang", "stubborn"):
+        raise ValueError(f"unknown failure {how!r}")
 
 
 def faulty(
@@ -160,8 +166,7 @@ def faulty(
     With ``pid_dir`` every worker first writes its pid into a file there, so
     a caller can check afterwards that no process is left.
     """
-    if how not in ("raise", "exit", "signal", "hang", "stubborn"):
-        raise ValueError(f"unknown failure {how!r}")
+    _check_how(how)
     if pid_dir is not None:
         (Path(pid_dir) / f"rank{rank}.pid").write_text(str(os.getpid()))
     dist.barrier()  # every pid is written before anyone fails

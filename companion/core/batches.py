@@ -15,12 +15,7 @@ def check_batch_size(batch_size: int, name: str = "batch_size") -> int:
     return batch_size
 
 
-def rank_batch_size(global_batch: int, world_size: int) -> int:
-    """Each rank's minibatch, ``global_batch / world_size``: it must be a whole number.
-
-    With unequal local batches, averaging the ranks' mean gradients would
-    weigh samples unequally; rather than weigh them, we refuse.
-    """
+def _check_even_split(global_batch: int, world_size: int) -> None:
     check_batch_size(global_batch, "global_batch")
     check_batch_size(world_size, "world_size")
     if global_batch < world_size or global_batch % world_size:
@@ -29,6 +24,15 @@ def rank_batch_size(global_batch: int, world_size: int) -> int:
             f"global batch {global_batch} does not split evenly over {world_size} "
             f"ranks; choose a multiple of {world_size}, e.g. {suggestion}"
         )
+
+
+def rank_batch_size(global_batch: int, world_size: int) -> int:
+    """Each rank's minibatch, ``global_batch / world_size``: it must be a whole number.
+
+    With unequal local batches, averaging the ranks' mean gradients would
+    weigh samples unequally; rather than weigh them, we refuse.
+    """
+    _check_even_split(global_batch, world_size)
     return global_batch // world_size
 
 

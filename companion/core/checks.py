@@ -48,7 +48,7 @@ def _fix(hint: str) -> str:
 def check_int(
     value: Any, name: str, minimum: int = 1, hint: str = "", maximum: int | None = None
 ) -> int:
-    """``value`` if it is an integer (a bool is not) of at least ``minimum`` (and at most ``maximum``).
+    """``value`` if it is an integer (not a bool) of at least ``minimum`` (at most ``maximum``).
 
     ``TypeError`` for another type (a float world size, ``True``), ``ValueError``
     for a small (or large) one; both name ``name`` and the value, then ``hint``.

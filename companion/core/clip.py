@@ -15,6 +15,11 @@ from .checks import check_instance, check_positive
 __all__ = ["clip_before_step"]
 
 
+def _check_clip(optimizer: torch.optim.Optimizer, max_norm: float) -> None:
+    check_instance(optimizer, "optimizer", torch.optim.Optimizer, _NOT_AN_OPTIMIZER)
+    check_positive(max_norm, "max_norm", "the largest gradient norm a step may take")
+
+
 def clip_before_step(
     optimizer: torch.optim.Optimizer, max_norm: float, norms: list | None = None
 ) -> torch.utils.hooks.RemovableHandle:
@@ -27,8 +32,7 @@ def clip_before_step(
     ``clip_grad_norm_`` of its own (chapter 9's sharded stages) clips with it. ``norms``,
     if given, collects each norm before clipping. ``.remove()`` the handle to stop.
     """
-    check_instance(optimizer, "optimizer", torch.optim.Optimizer, _NOT_AN_OPTIMIZER)
-    check_positive(max_norm, "max_norm", "the largest gradient norm a step may take")
+    _check_clip(optimizer, max_norm)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     own = getattr(optimizer, "clip_grad_norm_", None)  # the norm over every rank's shard
 

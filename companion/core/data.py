@@ -44,6 +44,15 @@ FASHION_CLASSES = (
 DIGIT_CLASSES = tuple(str(i) for i in range(10))
 
 
+def _check_images(images: torch.Tensor, labels: torch.Tensor) -> None:
+    if images.dtype != torch.uint8 or images.dim() != 3:
+        raise ValueError(
+            f"images must be uint8 of shape (N, H, W), got {images.dtype} {tuple(images.shape)}"
+        )
+    if len(images) != len(labels):
+        raise ValueError(f"{len(images)} images but {len(labels)} labels")
+
+
 class ImageSet(Dataset):
     """Grayscale images (``uint8``, N x 28 x 28) with integer labels.
 
@@ -53,12 +62,7 @@ class ImageSet(Dataset):
     """
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor):
-        if images.dtype != torch.uint8 or images.dim() != 3:
-            raise ValueError(
-                f"images must be uint8 of shape (N, H, W), got {images.dtype} {tuple(images.shape)}"
-            )
-        if len(images) != len(labels):
-            raise ValueError(f"{len(images)} images but {len(labels)} labels")
+        _check_images(images, labels)
         self.images = images
         self.labels = labels.long()
 

@@ -29,29 +29,37 @@ class Source:
         return f"```python\n# {self.origin}\n{self.code}```"
 
 
-def _without_docstrings(code: str) -> str:
-    """``code`` minus the docstrings of its module, classes and functions.
+def _summaries_only(code: str) -> str:
+    """``code`` with each docstring cut to its summary, the first paragraph.
 
-    A docstring that is the whole body of a function or class becomes
-    ``...``, so the listing stays valid Python; the blank line that follows a
-    class's docstring goes with it.
+    The rest of a docstring (the details, in the API reference) is left out,
+    together with the blank line that ended the summary; a one-paragraph
+    docstring stays whole. Nothing else changes: the listing is the code as it runs.
     """
-    drop: dict[int, str] = {}  # line number -> what replaces it ("" drops it)
+    drop: set[int] = set()  # line numbers left out
+    ends: dict[int, str] = {}  # line number -> the summary's last line, closed
     lines = code.splitlines(keepends=True)
     for node in ast.walk(ast.parse(code)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             first = node.body[0] if node.body else None
-            if (
+            if not (
                 isinstance(first, ast.Expr)
                 and isinstance(first.value, ast.Constant)
                 and isinstance(first.value.value, str)
             ):
-                drop.update(dict.fromkeys(range(first.lineno, first.end_lineno + 1), ""))
-                if len(node.body) == 1 and not isinstance(node, ast.Module):
-                    drop[first.lineno] = " " * first.col_offset + "...\n"
-                elif isinstance(node, ast.ClassDef) and not lines[first.end_lineno].strip():
-                    drop[first.end_lineno + 1] = ""  # the blank line after a class docstring
-    return "".join(drop.get(i, line) for i, line in enumerate(lines, 1))
+                continue
+            span = range(first.lineno, first.end_lineno + 1)
+            blank = next((i for i in span if not lines[i - 1].strip()), None)
+            if blank is None:
+                continue  # one paragraph: the summary is the whole docstring
+            quote = lines[first.lineno - 1].lstrip()[:3]
+            quote = quote if quote in ('"""', "'''") else '"""'
+            last = lines[blank - 2].rstrip()
+            indent = " " * (len(last) - len(last.lstrip()))
+            fits = len(last) + len(quote) <= 100  # the listing's width, as ruff's
+            ends[blank - 1] = last + (quote if fits else "\n" + indent + quote) + "\n"
+            drop.update(range(blank, first.end_lineno + 1))
+    return "".join(ends.get(i, line) for i, line in enumerate(lines, 1) if i not in drop)
 
 
 def show(obj, docstrings: bool = False) -> Source:
@@ -59,8 +67,8 @@ def show(obj, docstrings: bool = False) -> Source:
 
     ``show(companion.core.training.train_step)`` in a cell displays the code
     exactly as it is in the installed package, headed by the file it comes
-    from. Docstrings are left out (they are in the API reference) unless
-    ``docstrings=True``.
+    from. Each docstring is cut to its summary (the whole one is in the API
+    reference) unless ``docstrings=True``.
     """
     target = inspect.unwrap(obj)
     try:
@@ -77,4 +85,4 @@ def show(obj, docstrings: bool = False) -> Source:
         origin = path.name
     if code.startswith((" ", "\t")):
         code = inspect.cleandoc("\n" + code) + "\n"
-    return Source(code if docstrings else _without_docstrings(code), origin)
+    return Source(code if docstrings else _summaries_only(code), origin)

@@ -30,8 +30,7 @@ def data_loader(
     drop_last: bool = False,
 ) -> DataLoader:
     """The classic iterator: a ``DataLoader`` whose shuffling is seeded by ``seed``."""
-    check_batch_size(batch_size)
-    check_not_empty(dataset, "dataset", "give a data set with samples")
+    _check_loader(dataset, batch_size)
     return DataLoader(
         dataset,
         batch_size=batch_size,
@@ -40,6 +39,11 @@ def data_loader(
         num_workers=num_workers,
         generator=torch.Generator().manual_seed(seed),
     )
+
+
+def _check_loader(dataset: Dataset, batch_size: int) -> None:
+    check_batch_size(batch_size)
+    check_not_empty(dataset, "dataset", "give a data set with samples")
 
 
 class DeviceLoader:
@@ -62,8 +66,7 @@ class DeviceLoader:
         seed: int = 0,
         drop_last: bool = False,
     ):
-        check_batch_size(batch_size)
-        check_not_empty(dataset, "dataset", "give a data set with samples")
+        _check_loader(dataset, batch_size)
         self.X, self.y = dataset.tensors(device)
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.generator = torch.Generator().manual_seed(seed)

@@ -15,12 +15,15 @@ up after every restart from the same rule.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Callable
 
-from .checks import check_choice, check_int
-from .training import check_lr
+import torch
 
-__all__ = ["LR_RULES", "linear_lr", "scaled_lr", "warmup_lr", "lr_schedule"]
+from .checks import check_choice, check_instance, check_int, check_lr
+
+__all__ = ["LR_RULES", "linear_lr", "scaled_lr", "warmup_lr", "lr_schedule", "set_lr"]
 
 LR_RULES = {
     "none": "the base lr at every device count (the global batch grows, the lr does not)",
@@ -67,3 +70,12 @@ def lr_schedule(
         return lambda step: target
     warmup_steps = check_int(steps_per_epoch, "steps_per_epoch") * warmup_epochs
     return lambda step: warmup_lr(step, lr, target, warmup_steps)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Every parameter group of ``optimizer`` steps with ``lr`` from now on."""
+    check_instance(optimizer, "optimizer", torch.optim.Optimizer, "pass the optimizer itself")
+    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not 0 <= lr < math.inf:
+        raise ValueError(f"lr must be a finite number >= 0, got {lr!r}: pass the rate to step with")
+    for group in optimizer.param_groups:
+        group["lr"] = lr

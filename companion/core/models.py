@@ -74,6 +74,15 @@ def lenet_bn(num_classes: int = 10) -> nn.Sequential:
     )
 
 
+def _check_block(in_channels: int, out_channels: int, stride: int) -> None:
+    for value, name in (
+        (in_channels, "in_channels"),
+        (out_channels, "out_channels"),
+        (stride, "stride"),
+    ):
+        check_int(value, name)
+
+
 class Residual(nn.Module):
     """A ResNet residual block: two 3x3 convolutions with BatchNorm, plus the input.
 
@@ -89,12 +98,7 @@ class Residual(nn.Module):
         use_1x1conv: bool = False,
         stride: int = 1,
     ):
-        for value, name in (
-            (in_channels, "in_channels"),
-            (out_channels, "out_channels"),
-            (stride, "stride"),
-        ):
-            check_int(value, name)
+        _check_block(in_channels, out_channels, stride)
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, out_channels, 3, padding=1, stride=stride)
         self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)
@@ -110,6 +114,11 @@ class Residual(nn.Module):
         return F.relu(Y + X)
 
 
+def _check_resnet(num_classes: int, in_channels: int) -> None:
+    check_int(num_classes, "num_classes")
+    check_int(in_channels, "in_channels")
+
+
 def resnet18(num_classes: int = 10, in_channels: int = 1) -> nn.Sequential:
     """d2l's ResNet-18 for small images: a 3x3 stem with stride 1 and no max-pooling.
 
@@ -118,8 +127,7 @@ def resnet18(num_classes: int = 10, in_channels: int = 1) -> nn.Sequential:
     but built eagerly (no lazy modules), so it can be replicated or wrapped
     before it has seen any data.
     """
-    check_int(num_classes, "num_classes")
-    check_int(in_channels, "in_channels")
+    _check_resnet(num_classes, in_channels)
 
     def stage(c_in: int, c_out: int, first: bool) -> nn.Sequential:
         if first:

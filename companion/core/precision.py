@@ -35,6 +35,14 @@ PRECISIONS = ("fp32", "bf16", "fp16")  # to train in
 CHECK_PRECISION = "fp64"  # float64 weights and inputs: for equivalence checks, never picked
 
 
+def _check_visible_gpu(device: torch.device) -> None:
+    if (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(
+            f"device {device} is not here ({torch.cuda.device_count()} GPU(s) visible): "
+            f"pass 'cpu' or a GPU that torch.cuda.device_count() counts"
+        )
+
+
 def best_precision(device: torch.device | str) -> str:
     """The fast choice for ``device``: bf16 on GPUs of compute capability 8.0+ (A100,
     H100, RTX 30xx on), fp16 with loss scaling on older GPUs (Colab's T4), fp32 on
@@ -42,11 +50,7 @@ def best_precision(device: torch.device | str) -> str:
     device = _as_device(device)
     if device.type != "cuda":
         return "fp32"
-    if (device.index or 0) >= torch.cuda.device_count():
-        raise ValueError(
-            f"device {device} is not here ({torch.cuda.device_count()} GPU(s) visible): "
-            f"pass 'cpu' or a GPU that torch.cuda.device_count() counts"
-        )
+    _check_visible_gpu(device)
     major, _ = torch.cuda.get_device_capability(device)
     return "bf16" if major >= 8 else "fp16"
 

@@ -6,10 +6,8 @@ Used in: chapter 1, and as the reference every parallel method is compared with.
 from __future__ import annotations
 
 import copy
-import math
-import numbers
+import itertools
 import random
-import time
 from collections.abc import Callable, Iterable
 from functools import partial
 
@@ -18,12 +16,13 @@ from torch import nn
 
 from .checks import check_batch, check_instance, check_int, check_lr, check_module, check_training
 from .clip import clip_before_step
-from .devices import as_devices, gpu_indices, model_device, synchronize
+from .devices import gpu_indices, model_device, synchronize
 from .lines import progress_bar
-from .noise import cpu_share, scheduler_times
+from .lr import set_lr
 from .precision import MathMode, amp_train_step
 from .profiles import Profile, get_profile
 from .results import Record, record_maker
+from .timer import Timer
 
 __all__ = [
     "set_seed",
@@ -34,8 +33,8 @@ __all__ = [
     "step_for",
     "train_epoch",
     "warm_up",
+    "fit",
     "train",
-    "set_lr",
     "flat_params",
     "sgd_steps",
 ]
@@ -46,40 +45,6 @@ def set_seed(seed: int) -> None:
     check_int(seed, "seed", 0, "torch takes seeds below 2**64", 2**64 - 1)
     random.seed(seed)
     torch.manual_seed(seed)
-
-
-class Timer:
-    """A wall-clock timer that synchronises ``device`` (``None``: the current GPU, if there
-    is one) before reading the clock.
-
-    Use as a context manager; the elapsed seconds end up in ``.seconds``::
-
-        with Timer(device) as t:
-            train_epoch(...)
-        t.seconds
-
-    ``share=True`` (an epoch's timer): on a CPU, ``.cpu_share`` is also the share of the
-    time its threads were ready to run that they got a core (:func:`~.noise.cpu_share`):
-    about 1 on a quiet machine, lower when other work held the cores and inflated the
-    seconds; else ``None``. Reading the counters takes tens of microseconds a time.
-    """
-
-    def __init__(self, device: torch.device | str | None = None, share: bool = False):
-        self.device = device if device is None else as_devices([device])[0]
-        on_cpu = not torch.cuda.is_available() if device is None else self.device.type == "cpu"
-        self.share, self.seconds, self.cpu_share = share and on_cpu, 0.0, None
-
-    def __enter__(self) -> Timer:
-        synchronize(self.device)
-        self._times = scheduler_times() if self.share else None
-        self._start = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        synchronize(self.device)
-        self.seconds = time.perf_counter() - self._start
-        if self._times is not None:
-            self.cpu_share = cpu_share(self._times, scheduler_times())
 
 
 def accuracy(y_hat: torch.Tensor, y: torch.Tensor) -> int:
@@ -199,6 +164,32 @@ def warm_up(net: nn.Module, X: torch.Tensor, y: torch.Tensor, lr: float, steps: 
     synchronize(X.device)
 
 
+def fit(
+    net: nn.Module,
+    train_iter,
+    test_iter,
+    optimizer: torch.optim.Optimizer,
+    epochs: int,
+    record: Callable[..., Record],
+    step=train_step,
+    on_step: Callable[[int, torch.Tensor, int], None] | None = None,
+) -> list[Record]:
+    """Chapter 1's loop: each epoch one timed pass of :func:`train_epoch`, then the test.
+
+    ``record`` (from :func:`~companion.core.results.record_maker`) labels each epoch's
+    :class:`Record`; ``step`` and ``on_step`` go to :func:`train_epoch`. The timer
+    (:class:`Timer`) synchronises the model's device and excludes the evaluation.
+    """
+    check_int(epochs, "epochs", 1, "the number of passes over train_iter")
+    device, loss_fn, records = model_device(net), nn.CrossEntropyLoss(), []
+    for epoch in range(1, epochs + 1):
+        with Timer(device, share=True) as t:
+            loss, n = train_epoch(net, train_iter, loss_fn, optimizer, device, on_step, step)
+        acc, secs, share = evaluate_accuracy(net, test_iter, device), t.seconds, t.cpu_share
+        records.append(record(epoch, acc, seconds=secs, samples=n, loss=loss, cpu_share=share))
+    return records
+
+
 def train(
     net: nn.Module,
     train_iter,
@@ -219,7 +210,7 @@ def train(
     lr_schedule: Callable[[int], float] | None = None,
     clip: float | None = None,
 ) -> list[Record]:
-    """Train ``net`` on one device with minibatch SGD; one :class:`Record` per epoch.
+    """Train ``net`` on one device with minibatch SGD (:func:`fit`); a :class:`Record` per epoch.
 
     ``precision`` (``fp32``, ``bf16``, ``fp16`` or ``auto``) and
     ``channels_last`` choose the math (:class:`~companion.core.precision.MathMode`),
@@ -229,10 +220,8 @@ def train(
     (0, 1, ...) in place of ``lr`` (chapter 7's warm-up). ``clip``, if given,
     clips the gradient to that global 2-norm before every step (:func:`clip_before_step`).
 
-    Each epoch is timed whole with :class:`Timer` (evaluation excluded);
-    ``warmup_steps`` steps on a copy of the model run first (see
-    :func:`warm_up`). ``progress`` shows a bar on a terminal (see
-    :func:`progress_bar`), never in a notebook.
+    ``warmup_steps`` steps on a copy of the model run first (see :func:`warm_up`).
+    ``progress`` shows a bar on a terminal (see :func:`progress_bar`), never in a notebook.
     """
     check_training(epochs, lr, train_iter, test_iter)
     profile = get_profile(profile)
@@ -248,30 +237,18 @@ def train(
         X, y = next(iter(train_iter))
         warm_up(net, X.to(device), y.to(device), lr, warmup_steps)
     labels = dict(profile=profile.name, model=model_name, dataset=dataset, precision=str(mode))
-    record = record_maker(method, n_devices, **labels)
-    records, steps, loss_fn, step = [], len(train_iter), nn.CrossEntropyLoss(), step_for(mode)
-    with progress_bar(epochs * steps, f"{method}, {n_devices} device(s)", progress) as bar:
-        for epoch in range(1, epochs + 1):
+    record, done = record_maker(method, n_devices, **labels), itertools.count(1)
+    with progress_bar(
+        epochs * len(train_iter), f"{method}, {n_devices} device(s)", progress
+    ) as bar:
 
-            def on_step(k: int, *_, first=(epoch - 1) * steps) -> None:
-                bar.update(1)
-                if lr_schedule is not None:  # the rate of the next step
-                    set_lr(optimizer, lr_schedule(first + k))
+        def on_step(*_) -> None:
+            steps = next(done)
+            bar.update(1)
+            if lr_schedule is not None:  # the rate of the next step
+                set_lr(optimizer, lr_schedule(steps))
 
-            with Timer(device, share=True) as t:
-                loss, n = train_epoch(net, train_iter, loss_fn, optimizer, device, on_step, step)
-            acc, secs, share = evaluate_accuracy(net, test_iter, device), t.seconds, t.cpu_share
-            records.append(record(epoch, acc, seconds=secs, samples=n, loss=loss, cpu_share=share))
-    return records
-
-
-def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
-    """Every parameter group of ``optimizer`` steps with ``lr`` from now on."""
-    check_instance(optimizer, "optimizer", torch.optim.Optimizer, "pass the optimizer itself")
-    if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not 0 <= lr < math.inf:
-        raise ValueError(f"lr must be a finite number >= 0, got {lr!r}: pass the rate to step with")
-    for group in optimizer.param_groups:
-        group["lr"] = lr
+        return fit(net, train_iter, test_iter, optimizer, epochs, record, step_for(mode), on_step)
 
 
 def flat_params(net: nn.Module) -> torch.Tensor:

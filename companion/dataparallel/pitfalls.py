@@ -64,10 +64,7 @@ def physical_gpu_ids(value: str | None = None, n_physical: int | None = None) ->
             break
         else:
             entry = str(int(entry))
-        if entry in ids:
-            raise ValueError(
-                f"CUDA_VISIBLE_DEVICES={value!r} lists GPU {entry} twice: list each GPU once"
-            )
+        _check_listed_once(entry, ids, value)
         ids.append(entry)
     return ids
 
@@ -89,8 +86,7 @@ def visible_devices_in_subprocess(value: str, timeout: float = 120) -> dict:
     ``torch.cuda.device_count()``, device names, and the physical ids behind
     its indices (:func:`physical_gpu_ids`). The child is killed after ``timeout`` s.
     """
-    check_positive(timeout, "timeout", "give the seconds the child may take")
-    _check_visible(value, None, required=True)
+    _check_visible(value, None, required=True, timeout=timeout)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": value}
     try:
         done = subprocess.run(
@@ -144,15 +140,7 @@ def peak_memory_per_device(
     put there too, as a training loop does before calling the wrapper.
     """
     devices = as_devices(device_ids)
-    if (
-        len(devices) < 2
-        or any(d.type != "cuda" for d in devices)
-        or len(set(devices)) < len(devices)
-    ):
-        raise ValueError(
-            f"peak_memory_per_device needs two or more distinct GPUs, got {devices}; "
-            f"on a machine without them use output_device_bytes"
-        )
+    _check_distinct_gpus(devices)
     dp_net = nn.DataParallel(net.to(devices[0]), device_ids=devices)
     opt = torch.optim.SGD(dp_net.parameters(), lr=0.01)
     X, y = X.to(devices[0]), y.to(devices[0])
@@ -193,6 +181,31 @@ def global_mean(means: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
     ``means.mean()`` gives each replica the same weight, which is wrong when the
     chunks differ in size (``chunk_sizes(10, 3) == [4, 4, 2]``).
     """
+    _check_means(means, sizes)
+    weights = torch.as_tensor(sizes, dtype=means.dtype, device=means.device)
+    return (means * weights).sum() / weights.sum()
+
+
+def _check_listed_once(entry: str, ids: list[str], value: str) -> None:
+    if entry in ids:
+        raise ValueError(
+            f"CUDA_VISIBLE_DEVICES={value!r} lists GPU {entry} twice: list each GPU once"
+        )
+
+
+def _check_distinct_gpus(devices: list[torch.device]) -> None:
+    if (
+        len(devices) < 2
+        or any(d.type != "cuda" for d in devices)
+        or len(set(devices)) < len(devices)
+    ):
+        raise ValueError(
+            f"peak_memory_per_device needs two or more distinct GPUs, got {devices}; "
+            f"on a machine without them use output_device_bytes"
+        )
+
+
+def _check_means(means: torch.Tensor, sizes: Sequence[int]) -> None:
     if means.dim() != 1 or len(means) != len(sizes):
         raise ValueError(
             f"need one mean per replica: {tuple(means.shape)} means for {len(sizes)} sizes"
@@ -204,11 +217,10 @@ def global_mean(means: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
             f"sizes must add up to at least one sample, got {list(sizes)}: give "
             f"the number of samples behind each mean"
         )
-    weights = torch.as_tensor(sizes, dtype=means.dtype, device=means.device)
-    return (means * weights).sum() / weights.sum()
 
 
-def _check_visible(value, n_physical, required: bool = False) -> None:
+def _check_visible(value, n_physical, required: bool = False, timeout: float = 1) -> None:
+    check_positive(timeout, "timeout", "give the seconds the child may take")
     if not isinstance(value, str) and (required or value is not None):
         raise TypeError(
             f"value must be a CUDA_VISIBLE_DEVICES string such as '0,1' or 'GPU-...', got "

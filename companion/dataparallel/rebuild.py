@@ -16,12 +16,10 @@ The loss is computed from the gathered output, on the output device, and
 ``loss.backward()`` flows back through all four steps. The replicas are made
 anew at every call and thrown away; only ``net`` is updated.
 
-:class:`DataParallelByHand` chains the four steps as ``nn.DataParallel`` does,
-on GPUs and also on virtual devices (``[cpu, cpu]``, ``[cuda:0, cuda:0]``),
-where it computes the same numbers without being faster. ``nn.DataParallel``
-itself needs CUDA: without it, it sets ``device_ids = []`` and calls the
-wrapped module on one device. :mod:`companion.dataparallel.training` trains with
-either.
+:class:`DataParallelByHand` chains the four steps as ``nn.DataParallel`` does, on
+GPUs and on virtual devices (``[cpu, cpu]``): the same numbers, not faster. Without
+CUDA ``nn.DataParallel`` sets ``device_ids = []`` and calls the module on one device.
+:mod:`companion.dataparallel.training` trains with either.
 """
 
 from __future__ import annotations
@@ -71,11 +69,15 @@ def check_on_first_device(net: nn.Module, devices: Sequence[Device], name: str =
     first = as_devices(devices)[0]
     for name, t in chain(net.named_parameters(), net.named_buffers()):
         if t.device != first:
-            raise ValueError(
-                f"{name} is on {t.device}, but the module must be on devices[0] = "
-                f"{first} (nn.DataParallel's device_ids[0]): call net.to('{first}') "
-                f"before wrapping it, or list {t.device} first"
-            )
+            raise ValueError(_not_on_first(name, t.device, first))
+
+
+def _not_on_first(name: str, device: torch.device, first: torch.device) -> str:
+    return (
+        f"{name} is on {device}, but the module must be on devices[0] = "
+        f"{first} (nn.DataParallel's device_ids[0]): call net.to('{first}') "
+        f"before wrapping it, or list {device} first"
+    )
 
 
 def chunk_sizes(batch_size: int, n_devices: int) -> list[int]:
@@ -86,12 +88,16 @@ def chunk_sizes(batch_size: int, n_devices: int) -> list[int]:
     [2, 2, 2]``, and ``nn.DataParallel`` then uses only the first three devices.
     Chapter 2's ``shard_sizes`` cuts ``[4, 3, 3]`` and ``[2, 2, 1, 1]``.
     """
+    _check_chunking(batch_size, n_devices)
+    size = -(-batch_size // n_devices)
+    return [min(size, batch_size - start) for start in range(0, batch_size, size)]
+
+
+def _check_chunking(batch_size: int, n_devices: int) -> None:
     check_int(n_devices, "n_devices", 1, "need at least one device")
     check_int(batch_size, "batch_size", 0, "the number of samples to scatter")
     if batch_size < 1:
         raise ValueError(f"cannot scatter a batch of {batch_size} samples: pass a non-empty batch")
-    size = -(-batch_size // n_devices)
-    return [min(size, batch_size - start) for start in range(0, batch_size, size)]
 
 
 def scatter(inputs: tuple, devices: Sequence[Device]) -> list[tuple]:
@@ -101,8 +107,18 @@ def scatter(inputs: tuple, devices: Sequence[Device]) -> list[tuple]:
     than devices). Other inputs are handed to every replica as they are. The
     cut and the copies are differentiable: gradients flow back to the inputs.
     """
-    check_sequence(inputs, "inputs", "the forward call's arguments, e.g. (X,)")
     devices = as_devices(devices)
+    batch_size = _check_one_batch(inputs)  # the tensors' common length
+    sizes = chunk_sizes(batch_size, len(devices))
+    parts = [x.split(sizes) if isinstance(x, torch.Tensor) else [x] * len(sizes) for x in inputs]
+    return [
+        tuple(p.to(d, non_blocking=True) if isinstance(p, torch.Tensor) else p for p in args)
+        for args, d in zip(zip(*parts), devices)
+    ]
+
+
+def _check_one_batch(inputs: tuple) -> int:
+    check_sequence(inputs, "inputs", "the forward call's arguments, e.g. (X,)")
     tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
     if not tensors or any(t.dim() == 0 for t in tensors):
         raise ValueError("scatter needs inputs with a batch dimension: tensors of shape (N, ...)")
@@ -112,22 +128,16 @@ def scatter(inputs: tuple, devices: Sequence[Device]) -> list[tuple]:
             f"the input tensors have different batch sizes {lengths}: their chunks "
             f"would not line up; pass tensors of one minibatch"
         )
-    sizes = chunk_sizes(lengths[0], len(devices))
-    parts = [x.split(sizes) if isinstance(x, torch.Tensor) else [x] * len(sizes) for x in inputs]
-    return [
-        tuple(p.to(d, non_blocking=True) if isinstance(p, torch.Tensor) else p for p in args)
-        for args, d in zip(zip(*parts), devices)
-    ]
+    return lengths[0]
 
 
 def replicate(net: nn.Module, devices: Sequence[Device], detach: bool = False) -> list[nn.Module]:
     """One replica of ``net`` per device: shallow module copies with their own tensors.
 
-    Parameters: replica 0 uses views of ``net``'s parameters, the others copies
-    made with ``Tensor.to(copy=True)``. Neither is a leaf, so in backward autograd
-    adds every replica's gradient into ``net``'s ``.grad``: the sum that torch's
-    ``Broadcast`` / ``ReduceAddCoalesced`` compute. ``detach=True`` (what
-    ``nn.DataParallel`` does when gradients are off) makes plain copies.
+    Parameters: replica 0 uses views of ``net``'s parameters, the others copies made
+    with ``Tensor.to(copy=True)``. Neither is a leaf, so autograd adds every replica's
+    gradient into ``net``'s ``.grad``: the sum torch's ``Broadcast`` / ``ReduceAddCoalesced``
+    compute. ``detach=True`` (``nn.DataParallel`` without gradients) makes plain copies.
 
     Buffers: replica 0 holds ``net``'s own tensors, the others detached copies.
     In-place updates during forward, such as BatchNorm's running statistics,
@@ -163,6 +173,9 @@ def replicate(net: nn.Module, devices: Sequence[Device], detach: bool = False) -
 class ReplicaError(RuntimeError):
     """An exception raised in a replica's thread, re-raised in the caller's thread."""
 
+    def __init__(self, i: int, device: torch.device, err: BaseException):
+        super().__init__(f"replica {i} on device {device} raised {type(err).__name__}: {err}")
+
 
 def _on_device(device: torch.device, stream) -> contextlib.AbstractContextManager:
     if device.type != "cuda":
@@ -184,11 +197,7 @@ def parallel_apply(
     naming the replica and its device, with the original chained to it.
     """
     devices = as_devices(devices)
-    if not len(replicas) == len(inputs) == len(devices):
-        raise ValueError(
-            f"{len(replicas)} replicas, {len(inputs)} inputs and {len(devices)} "
-            f"devices: pass one input and one device per replica"
-        )
+    _check_one_each(replicas, inputs, devices)
     grad_enabled = torch.is_grad_enabled()
     streams = [torch.cuda.current_stream(d) if d.type == "cuda" else None for d in devices]
     outputs: list[Any] = [None] * len(replicas)
@@ -217,10 +226,16 @@ def parallel_apply(
             t.join()
     for i, err in enumerate(errors):
         if err is not None:
-            raise ReplicaError(
-                f"replica {i} on device {devices[i]} raised {type(err).__name__}: {err}"
-            ) from err
+            raise ReplicaError(i, devices[i], err) from err
     return outputs
+
+
+def _check_one_each(replicas: Sequence, inputs: Sequence, devices: Sequence) -> None:
+    if not len(replicas) == len(inputs) == len(devices):
+        raise ValueError(
+            f"{len(replicas)} replicas, {len(inputs)} inputs and {len(devices)} "
+            f"devices: pass one input and one device per replica"
+        )
 
 
 def gather(outputs: Sequence[Any], output_device: Device) -> Any:

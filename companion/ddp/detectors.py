@@ -157,13 +157,17 @@ def check_disjoint_shards(indices_by_rank: Sequence[torch.Tensor], n: int) -> No
     repeats = len(read) - len(torch.unique(read))
     padding = -n % world_size
     if repeats > padding:
-        raise DuplicatedWork(
-            f"in one epoch {world_size} ranks read {len(read)} samples from a data "
-            f"set of {n}, {repeats} of them a sample that had been read already: "
-            f"every rank reads (most of) the whole data set and the ranks repeat "
-            f"each other's work. Give the loader a DistributedSampler (one disjoint "
-            f"share per rank)"
-        )
+        raise DuplicatedWork(_duplicated(world_size, len(read), n, repeats))
+
+
+def _duplicated(world_size: int, read: int, n: int, repeats: int) -> str:
+    return (
+        f"in one epoch {world_size} ranks read {read} samples from a data "
+        f"set of {n}, {repeats} of them a sample that had been read already: "
+        f"every rank reads (most of) the whole data set and the ranks repeat "
+        f"each other's work. Give the loader a DistributedSampler (one disjoint "
+        f"share per rank)"
+    )
 
 
 def check_order_changes(orders: Sequence[torch.Tensor]) -> None:
@@ -173,11 +177,15 @@ def check_order_changes(orders: Sequence[torch.Tensor]) -> None:
     """
     for e in range(1, len(orders)):
         if torch.equal(torch.as_tensor(orders[e]), torch.as_tensor(orders[e - 1])):
-            raise SameOrderEveryEpoch(
-                f"epochs {e} and {e + 1} read the same samples in the same order: "
-                f"DistributedSampler shuffles with seed + epoch, so call "
-                f"sampler.set_epoch(epoch) at the start of every epoch"
-            )
+            raise SameOrderEveryEpoch(_same_order(e))
+
+
+def _same_order(e: int) -> str:
+    return (
+        f"epochs {e} and {e + 1} read the same samples in the same order: "
+        f"DistributedSampler shuffles with seed + epoch, so call "
+        f"sampler.set_epoch(epoch) at the start of every epoch"
+    )
 
 
 def check_logits(outputs: torch.Tensor, tol: float = 1e-4) -> None:

@@ -58,6 +58,13 @@ class MistakeRun(NamedTuple):
     losses: list[float]  # this rank's mean training loss, per epoch
 
 
+def _check_mistake(data: Data, mistake: str | None, precision: str) -> None:
+    check_data(data)
+    if mistake not in MISTAKES:
+        raise ValueError(f"unknown mistake {mistake!r}; choose from {list(MISTAKES)}")
+    check_fp32(precision, "train_with_mistake")
+
+
 def train_with_mistake(
     rank: int,
     world_size: int,
@@ -74,10 +81,7 @@ def train_with_mistake(
 
     Each epoch is one pass of chapter 1's ``train_epoch``.
     """
-    check_data(data)
-    if mistake not in MISTAKES:
-        raise ValueError(f"unknown mistake {mistake!r}; choose from {list(MISTAKES)}")
-    check_fp32(precision, "train_with_mistake")
+    _check_mistake(data, mistake, precision)
     device = rank_device()
     set_seed(seed)  # the Kubernetes tutorial seeds every rank alike
     net = get_model("lenet")

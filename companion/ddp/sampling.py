@@ -71,6 +71,11 @@ class SampledLoader:
             yield self.X[idx], self.y[idx]
 
 
+def _check_sampling(world_size: int, epoch: int) -> None:
+    check_int(world_size, "world_size")
+    check_int(epoch, "epoch", 0)
+
+
 def sampler_indices(
     dataset: Sized,
     world_size: int,
@@ -84,8 +89,7 @@ def sampler_indices(
     Computed without a process group (``num_replicas`` and ``rank`` given
     explicitly), exactly as each rank's sampler does after ``set_epoch(epoch)``.
     """
-    check_int(world_size, "world_size")
-    check_int(epoch, "epoch", 0)
+    _check_sampling(world_size, epoch)
     shares = []
     for rank in range(world_size):
         sampler = DistributedSampler(dataset, world_size, rank, shuffle=shuffle, seed=seed)

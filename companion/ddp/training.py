@@ -70,6 +70,11 @@ class DDPResult(NamedTuple):
     trace: RankTrace  # this rank's evidence for companion.ddp.detectors
 
 
+def _check_training_data(data: Data) -> None:
+    check_data(data)
+    check_not_empty(data.train, "data.train", "give training samples")
+
+
 def train_ddp(data: Data, profile: Profile | str | None = None, **options) -> DDPResult:
     """Train with DDP; every rank calls it (joining torchrun's group if need be).
 
@@ -81,8 +86,7 @@ def train_ddp(data: Data, profile: Profile | str | None = None, **options) -> DD
     With ``checks``, the detectors of :mod:`companion.ddp.detectors` run at
     the end and any mistake raises.
     """
-    check_data(data)
-    check_not_empty(data.train, "data.train", "give training samples")
+    _check_training_data(data)
     init_from_env()  # under torchrun; a no-op when the group exists (launch)
     world_size = dist.get_world_size()
     cfg = DDPConfig(get_profile(profile).name, **options).resolve(world_size)

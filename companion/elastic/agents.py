@@ -48,6 +48,11 @@ def standalone_command(nproc: int, args: Sequence[str] = (), max_restarts: int =
     return torchrun_command(nproc, args, "companion.elastic", flags=[restarts])
 
 
+def _check_counts(nproc: int, max_restarts: int) -> None:
+    check_int(nproc, "nproc")
+    check_int(max_restarts, "max_restarts", 0)
+
+
 def agent_command(
     nnodes: str,
     nproc: int,
@@ -57,9 +62,8 @@ def agent_command(
     max_restarts: int = 0,
     rdzv_conf: str = RDZV_CONF,
 ) -> list[str]:
-    """One node's ``torchrun`` for a c10d rendezvous at ``endpoint``; ``nnodes`` "N" or "MIN:MAX"."""
-    check_int(nproc, "nproc")
-    check_int(max_restarts, "max_restarts", 0)
+    """One node's ``torchrun`` for a c10d rendezvous at ``endpoint``; ``nnodes``: "N", "MIN:MAX"."""
+    _check_counts(nproc, max_restarts)
     return [
         "torchrun",
         f"--nnodes={nnodes}",

@@ -164,7 +164,7 @@ def check_pytorchjob(doc: dict, path="") -> dict:
 
 @_manifest
 def check_t9k_job(doc: dict, path="") -> dict:
-    """Seed 003's ``PyTorchTrainingJob``: torchrun settings, GPUs, args, logs the server reads."""
+    """TensorStack's ``PyTorchTrainingJob``: torchrun settings, GPUs, args, logs it serves."""
     _fail_unless(doc["kind"] == "PyTorchTrainingJob", path, "not a PyTorchTrainingJob")
     spec = doc["spec"]
     run, [node] = spec["torchrunConfig"], spec["replicaSpecs"]

@@ -71,7 +71,7 @@ def softmax_loss_floor(classes: int = 10) -> float:
 def double_softmax(
     data: Data, epochs: int, lr: float, batch_size: int = 64, seed: int = 0
 ) -> dict[str, list[Record]]:
-    """LeNet trained with logits (right) and with a softmax before the loss (seed 003)."""
+    """LeNet trained with logits (right) and with a softmax before the loss (the tutorial's)."""
     train_iter = DeviceLoader(data.train, batch_size, shuffle=True, seed=seed)
     test_iter = DeviceLoader(data.test, 256)
     runs = {}
@@ -94,7 +94,7 @@ def double_softmax(
 def lr_without_warmup(
     data: Data, world_size: int, steps: int, warmup_steps: int, seed: int = 0
 ) -> dict[str, tuple[list[float], float]]:
-    """Seed 003's rule, Adam at ``0.001 * world_size`` on a global batch of ``32 * world_size``.
+    """The tutorial's rule, Adam at ``0.001 * world_size`` on a global batch of ``32 * world_size``.
 
     Without and with a linear warm-up over ``warmup_steps``: for each, the
     loss at every step and the final test accuracy (one process on the
@@ -196,7 +196,8 @@ def restarted_logs(
         for step in range(resumed_from + 1, steps + 1):
             writer.add_scalar("train/loss", 1 / step, step)
     quiet = logging.getLogger("tensorboard")  # it warns that it purges: that is the point
-    level, quiet.level = quiet.level, logging.ERROR
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
     try:
         return [step for step, _ in read_scalars(log_dir)["train/loss"]]
     finally:

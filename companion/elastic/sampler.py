@@ -67,6 +67,14 @@ class ResumableSampler(DistributedSampler):
         return len(range(self.rank, self.total_size - self.start, self.num_replicas))
 
 
+def _check_split(global_batch: int, world_size: int) -> int:
+    check_int(world_size, "world_size")
+    check_int(global_batch, "global_batch", 1, "the samples of one step over all ranks")
+    if global_batch % world_size:
+        raise ValueError(f"global batch {global_batch} is not a multiple of {world_size} ranks")
+    return global_batch // world_size
+
+
 def global_batches(
     dataset: Sized, world_size: int, global_batch: int, epoch: int, start: int = 0, seed: int = 0
 ) -> list[list[int]]:
@@ -77,11 +85,7 @@ def global_batches(
     batch is sorted, since only the set of samples matters to the mean
     gradient.
     """
-    check_int(world_size, "world_size")
-    check_int(global_batch, "global_batch", 1, "the samples of one step over all ranks")
-    if global_batch % world_size:
-        raise ValueError(f"global batch {global_batch} is not a multiple of {world_size} ranks")
-    per_rank = global_batch // world_size
+    per_rank = _check_split(global_batch, world_size)
     shares = []
     for rank in range(world_size):
         sampler = ResumableSampler(dataset, world_size, rank, seed)

@@ -158,11 +158,7 @@ def load_snapshot(path: str | Path) -> dict[str, Any] | None:
     A file that is not a snapshot raises :class:`SnapshotError`; tensors are
     read onto the CPU (``weights_only``: no code runs while loading).
     """
-    path = Path(path)
-    if path.is_dir() and not is_sharded_checkpoint(path):
-        raise SnapshotError(
-            f"{path} is a directory but not a sharded snapshot; give the snapshot's file name"
-        )
+    path = _check_snapshot_path(path)
     if not path.exists():
         return None
     try:
@@ -171,10 +167,27 @@ def load_snapshot(path: str | Path) -> dict[str, Any] | None:
         else:
             snapshot = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
+        raise SnapshotError(_unreadable(path, err)) from err
+    return _check_format(snapshot, path)
+
+
+def _check_snapshot_path(path: str | Path) -> Path:
+    path = Path(path)
+    if path.is_dir() and not is_sharded_checkpoint(path):
         raise SnapshotError(
-            f"{path} is not a readable snapshot ({type(err).__name__}); it may be "
-            f"another kind of file: delete it to start afresh, or point to the right file"
-        ) from err
+            f"{path} is a directory but not a sharded snapshot; give the snapshot's file name"
+        )
+    return path
+
+
+def _unreadable(path: Path, err: Exception) -> str:
+    return (
+        f"{path} is not a readable snapshot ({type(err).__name__}); it may be "
+        f"another kind of file: delete it to start afresh, or point to the right file"
+    )
+
+
+def _check_format(snapshot: Any, path: Path) -> dict[str, Any]:
     if not isinstance(snapshot, dict) or snapshot.get("format") != FORMAT:
         raise SnapshotError(
             f"{path} is not a snapshot of this format (a chapter 5 checkpoint holds the "
@@ -189,7 +202,7 @@ def restore(
     optimizer: torch.optim.Optimizer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
 ) -> tuple[int, int, int]:
-    """Load ``snapshot`` into the model, optimizer, scheduler and RNGs: ``(epoch, position, step)``."""
+    """Load ``snapshot`` into model, optimizer, scheduler and RNGs; ``(epoch, position, step)``."""
     check_snapshot(snapshot)
     if "sharded" in snapshot:  # every rank reads the pieces of its own shards
         load_sharded(net, optimizer, snapshot["sharded"])
@@ -271,7 +284,7 @@ def describe_snapshot(snapshot: dict[str, Any]) -> str:
 
 
 def check_snapshot(snapshot: Any, name: str = "snapshot") -> dict[str, Any]:
-    """``snapshot`` if it is a snapshot of this format; ``SnapshotError`` saying what to pass else."""
+    """``snapshot`` if it is a snapshot of this format, else a ``SnapshotError`` saying why."""
     if not isinstance(snapshot, dict) or snapshot.get("format") != FORMAT:
         what = (
             f"a dict whose 'format' is not {FORMAT}"

@@ -209,11 +209,7 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
         position = 0
         if run.steps != cfg.max_steps:  # stopped as a crash would: no snapshot now
             save(epoch + 1, 0)
-            if record is not None:
-                log.say(
-                    f"epoch {epoch + 1}/{cfg.epochs}: test accuracy {record.test_acc:.4f}, "
-                    f"snapshot: step {run.steps}"
-                )
+            log.epoch_saved(epoch, record, run.steps)
 
     try:
         records = train_epochs(run, on_step, on_epoch, first_epoch=first)
@@ -240,7 +236,7 @@ class StepLog:
     """
 
     def __init__(self, cfg: DDPConfig, opts: ElasticOptions, sampler, step: int):
-        rank = dist.get_rank()
+        rank, self.epochs = dist.get_rank(), cfg.epochs
         self.verbose = cfg.verbose and rank == 0
         self.losses: list[tuple[int, float]] = []
         self.writer = _open_writer(opts.log_dir, rank, step)
@@ -262,6 +258,13 @@ class StepLog:
         if self.writer is not None:
             self.writer.add_scalar("train/loss", self.losses[-1][1], step)
         _kill_if_asked(step)
+
+    def epoch_saved(self, epoch: int, record: Record | None, step: int) -> None:
+        if record is not None:  # rank 0's
+            self.say(
+                f"epoch {epoch + 1}/{self.epochs}: test accuracy {record.test_acc:.4f}, "
+                f"snapshot: step {step}"
+            )
 
     def close(self) -> None:
         if self.writer is not None:

@@ -108,11 +108,8 @@ class BucketedDDP(HookedDDP):
         super().__init__(module, weigh_by_samples, finish_in_backward)
         groups = assign_buckets([p for _, p in self._params], bucket_cap_mb)
         self.buckets = [Bucket([self._params[i] for i in g]) for g in groups]
-        self.find_unused_parameters = bool(find_unused_parameters)
-        options = dict(bucket_cap_mb=bucket_cap_mb, find_unused_parameters=find_unused_parameters)
-        check_ranks_agree(module, options, "BucketedDDP")
+        self.find_unused_parameters = _check_agree(module, bucket_cap_mb, find_unused_parameters)
         self._slots = {n: (b, s) for b in self.buckets for n, s in zip(b.names, b.slots)}
-        self._scale, self._next = 1.0, 0
         if self.find_unused_parameters:  # as torch: walk the graph from the outputs
             self.register_forward_hook(note_reachable)
 
@@ -145,6 +142,12 @@ class BucketedDDP(HookedDDP):
             for name, p, slot in zip(b.names, b.params, b.slots):
                 if used[name]:  # unused by every rank: keeps its .grad
                     _set_grad(p, slot.view_as(p))
+
+
+def _check_agree(module: nn.Module, bucket_cap_mb: float, find_unused_parameters) -> bool:
+    options = dict(bucket_cap_mb=bucket_cap_mb, find_unused_parameters=find_unused_parameters)
+    check_ranks_agree(module, options, "BucketedDDP")
+    return bool(find_unused_parameters)
 
 
 def note_reachable(net: BucketedDDP, args, out) -> None:

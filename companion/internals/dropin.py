@@ -63,7 +63,7 @@ def _raised(err: Exception) -> str:
 
 
 def run_case(name: str, variant: str):
-    """``{parameter: gradient}`` that ``variant`` leaves after case ``name``, or ``'raises: ...'``."""
+    """``{parameter: gradient}`` ``variant`` leaves after case ``name``, or ``'raises: ...'``."""
     _, build, kind, find_unused, steps = CASES[name]
     torch.manual_seed(0)
     model = build().double()

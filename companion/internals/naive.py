@@ -107,13 +107,9 @@ class NaiveDDP(StepBookkeeping, nn.Module):
         self, module: nn.Module, weigh_by_samples: bool = False, finish_in_backward: bool = True
     ):
         super().__init__()
-        name = type(self).__name__
-        _check(
-            module, name, weigh_by_samples=weigh_by_samples, finish_in_backward=finish_in_backward
-        )
+        _check_wrap(module, type(self).__name__, weigh_by_samples, finish_in_backward)
         self.module, self.weigh_by_samples = module, weigh_by_samples
         self.allreduces = 0
-        check_ranks_agree(module, {"weigh_by_samples": weigh_by_samples}, name)
         self._params = check_trainable(trainable_parameters(module))
         self._drop_in = finish_in_backward and can_finish_in_backward()
         self._sync_enabled, self._released = True, False
@@ -169,6 +165,11 @@ def sample_weight(net: NaiveDDP) -> float:
     total = torch.tensor([float(net._samples)], dtype=torch.float64, device=device)
     dist.all_reduce(total)
     return net._samples / float(total)
+
+
+def _check_wrap(module: nn.Module, name: str, weigh_by_samples, finish_in_backward) -> None:
+    _check(module, name, weigh_by_samples=weigh_by_samples, finish_in_backward=finish_in_backward)
+    check_ranks_agree(module, {"weigh_by_samples": weigh_by_samples}, name)
 
 
 def _check(module: nn.Module, name: str, **flags: bool) -> None:

@@ -66,14 +66,18 @@ def bucket_sizes(net: nn.Module, bucket_cap_mb: float) -> list[int]:
     ]
 
 
+def _check_predict(sizes: Sequence[int], backward_s: float) -> int:
+    check_positive(backward_s, "backward_s", "give the measured seconds of backward")
+    if sum(sizes) <= 0:
+        raise ValueError("the buckets hold no bytes: give bucket_sizes of a model")
+    return sum(sizes)
+
+
 def predict_step(
     sizes: Sequence[int], backward_s: float, alpha: float, beta: float, world_size: int
 ) -> float:
     """Seconds from the start of backward until compute and every all-reduce are done."""
-    check_positive(backward_s, "backward_s", "give the measured seconds of backward")
-    total, produced, free = sum(sizes), 0, 0.0
-    if total <= 0:
-        raise ValueError("the buckets hold no bytes: give bucket_sizes of a model")
+    total, produced, free = _check_predict(sizes, backward_s), 0, 0.0
     for nbytes in sizes:
         produced += nbytes
         ready = backward_s * produced / total  # gradients come at a steady rate

@@ -37,6 +37,11 @@ Event = tuple[str, float, float]  # (label, start, end) in seconds from the step
 PHASES = ("forward", "backward", "finish", "optimizer")
 
 
+def _check_record(variant: str, warmup: int) -> None:
+    check_choice(variant, "variant", ("NaiveDDP", "HookedDDP", "BucketedDDP"))
+    check_int(warmup, "warmup", 0)
+
+
 def record_step(
     rank: int,
     world_size: int,
@@ -47,8 +52,7 @@ def record_step(
     warmup: int = 3,
 ) -> list[Event]:
     """Worker: the events of one training step of ``variant`` on this rank."""
-    check_choice(variant, "variant", ("NaiveDDP", "HookedDDP", "BucketedDDP"))
-    check_int(warmup, "warmup", 0)
+    _check_record(variant, warmup)
     device = rank_device()
     set_seed(0)
     # finish() called by hand (the wrappers' fallback), so its wait is a phase of its own

@@ -111,6 +111,12 @@ class InternalsResult(NamedTuple):
     allreduces: int  # gradient all-reduces this rank launched (None for torch's DDP)
 
 
+def _check_internals(data: Data, variant: str) -> None:
+    check_data(data)
+    check_choice(variant, "variant", VARIANTS)
+    check_not_empty(data.train, "data.train", "give training samples")
+
+
 def train_internals(
     data: Data,
     profile: Profile | str | None = None,
@@ -130,16 +136,14 @@ def train_internals(
     (:mod:`companion.ddp.loop`), with the variant as its wrapper and
     :func:`accumulation_step` as its step.
     """
-    check_data(data)
-    check_choice(variant, "variant", VARIANTS)
-    check_not_empty(data.train, "data.train", "give training samples")
+    _check_internals(data, variant)
     cfg = DDPConfig(get_profile(profile).name, **options).resolve(dist.get_world_size())
 
     def step(mode: MathMode):
         return partial(accumulation_step, micro_batches=micro_batches, no_sync=no_sync, mode=mode)
 
-    net = partial(wrap, variant=variant, bucket_cap_mb=bucket_cap_mb, **_unused(variant, cfg))
-    run = setup_rank(data, cfg, variant, net, make_step=step)
+    wrapper = partial(wrap, variant=variant, bucket_cap_mb=bucket_cap_mb, **_unused(variant, cfg))
+    run = setup_rank(data, cfg, variant, wrapper, make_step=step)
     records = train_epochs(run)
     return InternalsResult(records, flat_params(run.net), getattr(run.net, "allreduces", None))
 
@@ -193,7 +197,15 @@ def time_accumulation(
         for j, (no_sync, (net, opt)) in enumerate(runs.items()):
             dist.barrier()
             with Timer(device) as timer:
-                accumulation_step(net, X, y, nn.CrossEntropyLoss(), opt, micro_batches, no_sync)
+                accumulation_step(
+                    net,
+                    X,
+                    y,
+                    nn.CrossEntropyLoss(),
+                    opt,
+                    micro_batches=micro_batches,
+                    no_sync=no_sync,
+                )
             if i >= 0:
                 times[i, j] = timer.seconds
     times = times.to(device)

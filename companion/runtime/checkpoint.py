@@ -79,6 +79,14 @@ def load_into(net: nn.Module, state: dict[str, torch.Tensor], strict: bool = Tru
     return unwrap(net).load_state_dict(strip_module_prefix(state), strict=strict)
 
 
+def _check_not_sharded(state: dict) -> None:
+    if any(isinstance(v, DTensor) for v in state.values()):
+        raise ValueError(
+            "save_checkpoint: this model's parameters are sharded by FSDP2 (DTensors): "
+            "save them with companion.sharding.save_sharded, called on every rank"
+        )
+
+
 def save_checkpoint(net: nn.Module, path: str | Path) -> Path:
     """Write ``unwrap(net).state_dict()`` to ``path`` atomically; returns the path.
 
@@ -86,11 +94,7 @@ def save_checkpoint(net: nn.Module, path: str | Path) -> Path:
     Call it on one rank only.
     """
     state = unwrap(net).state_dict()  # ZeRO-3 refuses here: no rank holds it whole
-    if any(isinstance(v, DTensor) for v in state.values()):
-        raise ValueError(
-            "save_checkpoint: this model's parameters are sharded by FSDP2 (DTensors): "
-            "save them with companion.sharding.save_sharded, called on every rank"
-        )
+    _check_not_sharded(state)
     state = {k: v.detach().cpu() for k, v in state.items()}
     return atomic_write(path, lambda f: torch.save(state, f))
 

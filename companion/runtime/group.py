@@ -75,7 +75,7 @@ def rank_device(local_rank: int | None = None, backend: str | None = None) -> to
 
 
 def check_group(name: str) -> tuple[int, int]:
-    """``(rank, world_size)`` of the default process group; a ``RuntimeError`` naming ``name`` else."""
+    """``(rank, world_size)`` of the default process group; else a ``RuntimeError`` naming ``name``."""
     if not dist.is_initialized():
         raise RuntimeError(
             f"{name} needs a process group: call it inside a worker started by "
@@ -170,10 +170,24 @@ def init_from_env(backend: str = "auto", timeout: float = 300.0) -> bool:
     ``"auto"`` applies :func:`backend_for` to ``LOCAL_WORLD_SIZE``, the
     processes on this machine, so that every rank chooses the same backend.
     """
-    check_choice(backend, "backend", ["auto", "gloo", "nccl"])
-    check_positive(timeout, "timeout", "give the seconds a collective may wait")
+    _check_init_args(backend, timeout)
     if dist.is_initialized():
         return False
+    _check_torchrun_env()
+    local_world = _env_int("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])
+    if backend == "auto":
+        backend = backend_for(local_world)
+    _check_backend_fits(backend, local_world)
+    join_group(backend, _env_int("LOCAL_RANK"), local_world, timeout)
+    return True
+
+
+def _check_init_args(backend: str, timeout: float) -> None:
+    check_choice(backend, "backend", ["auto", "gloo", "nccl"])
+    check_positive(timeout, "timeout", "give the seconds a collective may wait")
+
+
+def _check_torchrun_env() -> None:
     needed = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"]
     if missing := [name for name in needed if name not in os.environ]:
         raise RuntimeError(
@@ -181,16 +195,14 @@ def init_from_env(backend: str = "auto", timeout: float = 300.0) -> bool:
             f"--standalone --nproc-per-node=2 -m companion.ddp (torchrun sets them), "
             f"or from Python with launch(ddp_worker, 2, data)"
         )
-    local_world = _env_int("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])
-    if backend == "auto":
-        backend = backend_for(local_world)
+
+
+def _check_backend_fits(backend: str, local_world: int) -> None:
     if backend == "nccl" and gpu_count() < local_world:
         raise ValueError(
             f"backend nccl needs one GPU per process: {local_world} processes on this "
             f"machine, {gpu_count()} GPU(s); use --backend gloo or fewer processes"
         )
-    join_group(backend, _env_int("LOCAL_RANK"), local_world, timeout)
-    return True
 
 
 def _env_int(name: str, default: str | None = None) -> int:

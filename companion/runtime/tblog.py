@@ -18,20 +18,23 @@ from ..core.checks import check_int
 __all__ = ["open_writer", "read_scalars", "event_files"]
 
 
+def _check_writer(log_dir: str | Path | None, rank: int) -> None:
+    check_int(rank, "rank", 0)
+    if log_dir is not None and Path(log_dir).exists() and not Path(log_dir).is_dir():
+        raise NotADirectoryError(
+            f"log dir {log_dir} exists and is not a directory; choose a directory"
+        )
+
+
 def open_writer(log_dir: str | Path | None, rank: int):
     """A ``SummaryWriter`` on ``log_dir`` for rank 0; ``None`` on other ranks or no dir.
 
     The import happens here, so processes that never log never load
     TensorBoard.
     """
-    check_int(rank, "rank", 0)
+    _check_writer(log_dir, rank)
     if log_dir is None or rank != 0:
         return None
-    log_dir = Path(log_dir)
-    if log_dir.exists() and not log_dir.is_dir():
-        raise NotADirectoryError(
-            f"log dir {log_dir} exists and is not a directory; choose a directory"
-        )
     from torch.utils.tensorboard import SummaryWriter
 
     return SummaryWriter(log_dir=str(log_dir))

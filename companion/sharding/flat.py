@@ -46,15 +46,11 @@ class FlatShards:
         self.params = list(params)
         self.shapes = [p.shape for p in self.params]
         self.sizes = [p.numel() for p in self.params]
-        self.numel = sum(self.sizes)
-        self.world_size, self.rank = world_size, rank
+        self.world_size, self.rank, self.numel = world_size, rank, sum(self.sizes)
         self.padded = padded_size(self.numel, world_size)
         self.shard_numel = self.padded // world_size
+        self.lo = rank * self.shard_numel  # where this rank's shard starts
         self.dtype, self.device = self.params[0].dtype, self.params[0].device
-
-    @property
-    def lo(self) -> int:
-        return self.rank * self.shard_numel
 
     def empty(self) -> torch.Tensor:
         """A new flat, padded vector of this layout (zeros)."""
@@ -78,7 +74,8 @@ class FlatShards:
         return flat[self.lo : self.lo + self.shard_numel]
 
     def pieces(self) -> list[tuple[int, slice]]:
-        """``(i, where)`` for each parameter ``i`` with numbers in this rank's shard:
+        """``(i, where)`` for each parameter ``i`` with numbers in this rank's shard.
+
         ``shard[where]`` is its part (a parameter may span several ranks; the
         padding belongs to none)."""
         out, start, hi = [], 0, self.lo + self.shard_numel

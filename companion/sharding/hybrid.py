@@ -61,13 +61,18 @@ def split_bytes(calls: list[tuple[str, int]], replicas: int, shards: int) -> dic
     return out
 
 
-def hybrid_groups(replicas: int) -> tuple[dist.ProcessGroup, dist.ProcessGroup]:
-    """``(replica group, shard group)`` of this rank: rank ``r`` is shard ``r % S`` of
-    replica ``r // S``. Every rank creates every group, in the same order."""
+def _check_replicas(replicas: int) -> tuple[int, int]:
     rank, n = check_sharding_group("hybrid_groups")
     check_int(replicas, "replicas", 1, "the number of replicas (nodes)", n)
     if n % replicas:
         raise ValueError(f"replicas must divide the world size {n}, got {replicas}")
+    return rank, n
+
+
+def hybrid_groups(replicas: int) -> tuple[dist.ProcessGroup, dist.ProcessGroup]:
+    """``(replica group, shard group)`` of this rank: rank ``r`` is shard ``r % S`` of
+    replica ``r // S``. Every rank creates every group, in the same order."""
+    rank, n = _check_replicas(replicas)
     S = n // replicas
     within = [dist.new_group(list(range(r * S, (r + 1) * S))) for r in range(replicas)]
     across = [dist.new_group(list(range(s, n, S))) for s in range(S)]  # who holds shard s
@@ -112,10 +117,10 @@ def hsdp_by_hand_worker(rank: int, world_size: int, replicas: int, batches) -> d
 
 
 def hsdp_worker(rank: int, world_size: int, replicas: int, batches) -> dict:
-    """Worker: HSDP (:func:`~.library.fsdp2` with ``replicas``) trains the chapter's model on the global
-    ``batches`` (float64, each rank its share) with each optimizer of :data:`~.verify.OPTIMIZERS`;
-    returns the whole parameters after the steps, the ledger of one SGD step, and where
-    the first parameter's shards are placed."""
+    """Worker: HSDP (:func:`~.library.fsdp2` with ``replicas``) trains the chapter's model on
+    the global ``batches`` (float64, each rank its share) with each optimizer of
+    :data:`~.verify.OPTIMIZERS`; returns the whole parameters after the steps, the ledger of
+    one SGD step, and where the first parameter's shards are placed."""
     device, out = rank_device(), {}
     for name, (cls, hp) in OPTIMIZERS.items():
         net, opt = fsdp2(_model().to(device), cls, replicas=replicas, **hp)

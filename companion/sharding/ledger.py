@@ -31,9 +31,10 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import torch
 import torch.distributed as dist
 
 from ..core.checks import check_choice, check_int
@@ -57,10 +58,14 @@ KINDS = {
 # only torch's own isend: those are counted there, one "send" per isend of the batch.
 
 
+def _check_ring(kind: str, world_size: int) -> int:
+    check_choice(kind, "kind", sorted({k for k, _ in KINDS.values()}))
+    return check_int(world_size, "world_size")
+
+
 def ring_cost(kind: str, nbytes: int, world_size: int) -> tuple[float, float]:
     """``(messages, bytes)`` one rank sends for a collective over ``nbytes`` in a ring."""
-    check_choice(kind, "kind", sorted({k for k, _ in KINDS.values()}))
-    n = check_int(world_size, "world_size")
+    n = _check_ring(kind, world_size)
     if n == 1:
         return 0.0, 0.0
     if kind == "all-reduce":
@@ -75,11 +80,15 @@ def ring_cost(kind: str, nbytes: int, world_size: int) -> tuple[float, float]:
 @dataclass
 class Ledger:
     """The collectives called in a block: ``(kind, bytes of the whole tensor)`` each, and
-    in ``dtypes`` the element type each one moved (``"bfloat16"``, ...), call for call."""
+    in ``dtypes`` the element type each one moved (``"bfloat16"``, ...), call for call.
+
+    ``watch``, if set, is called with every tensor of each call (inputs and outputs)
+    before the call runs: chapter 9's peak counts them (:mod:`companion.sharding.measure`)."""
 
     world_size: int
     calls: list[tuple[str, int]] = field(default_factory=list)
     dtypes: list[str] = field(default_factory=list)
+    watch: Callable[[list[torch.Tensor]], None] | None = field(default=None, repr=False)
 
     def _add(self, kind: str, tensors) -> None:
         self.calls.append((kind, sum(t.numel() * t.element_size() for t in tensors)))
@@ -113,11 +122,19 @@ def _counting(name: str, real, ledger: Ledger):
     signature = inspect.signature(real)
 
     def counted(*args, **kwargs):
-        value = signature.bind(*args, **kwargs).arguments[argument]
+        bound = signature.bind(*args, **kwargs).arguments
+        value = bound[argument]
         ledger._add(kind, list(value) if isinstance(value, (list, tuple)) else [value])
+        if ledger.watch is not None:
+            ledger.watch(_tensors(bound.values()))
         return real(*args, **kwargs)
 
     return counted
+
+
+def _tensors(values) -> list[torch.Tensor]:
+    flat = [v for x in values for v in (x if isinstance(x, (list, tuple)) else [x])]
+    return [t for t in flat if torch.is_tensor(t)]
 
 
 @contextlib.contextmanager

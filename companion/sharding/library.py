@@ -73,6 +73,14 @@ def device_mesh(device_type: str, replicas: int = 1) -> DeviceMesh:
     ``N / replicas`` ranks, named ``("replicate", "shard")``: each group holds one sharded
     copy (gathers and reduce-scatters within it), and the copies' gradient shards are
     all-reduced across the groups."""
+    world_size = _check_mesh(replicas)
+    if replicas == 1:
+        return init_device_mesh(device_type, (world_size,))
+    shape, names = (replicas, world_size // replicas), ("replicate", "shard")
+    return init_device_mesh(device_type, shape, mesh_dim_names=names)
+
+
+def _check_mesh(replicas: int) -> int:
     _, world_size = check_sharding_group("device_mesh")
     check_int(replicas, "replicas", 1, "the number of replicas (nodes)", world_size)
     if world_size % replicas:
@@ -80,10 +88,13 @@ def device_mesh(device_type: str, replicas: int = 1) -> DeviceMesh:
             f"replicas must divide the world size {world_size}, got {replicas}: every "
             f"replica needs the same number of ranks"
         )
-    if replicas == 1:
-        return init_device_mesh(device_type, (world_size,))
-    shape, names = (replicas, world_size // replicas), ("replicate", "shard")
-    return init_device_mesh(device_type, shape, mesh_dim_names=names)
+    return world_size
+
+
+def _check_fsdp2(net: nn.Module) -> None:
+    check_sharding_group("fsdp2")
+    if not any(True for _ in trainable_parameters(net)):
+        raise ValueError("fsdp2: the model has no trainable parameters: nothing to shard")
 
 
 def fsdp2(
@@ -97,10 +108,7 @@ def fsdp2(
 ) -> tuple[nn.Module, torch.optim.Optimizer]:
     """``fully_shard`` on each unit, then the root; an ordinary optimizer over the shards.
     ``replicas=R``: HSDP, sharded over ``N / R`` ranks and replicated ``R`` times."""
-    check_sharding_group("fsdp2")
-    params = [p for _, p in trainable_parameters(net)]
-    if not params:
-        raise ValueError("fsdp2: the model has no trainable parameters: nothing to shard")
+    _check_fsdp2(net)
     mesh = device_mesh(next(net.parameters()).device.type, replicas)
     broadcast_state(net)
     policy = mixed_precision_policy(mode)

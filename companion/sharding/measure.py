@@ -8,10 +8,13 @@ initialisation is done), then a second step inside
 :func:`~.ledger.count_bytes`, with :func:`~.memory.measure_state` taken
 within and after it. It returns, per method,
 the collectives of that step, the state after it and its *peak*: the
-largest state sampled as each layer starts and ends its forward and after
-each gradient's accumulation within the step (gathered units and gradients in flight
-included; buffers inside a collective are not seen). :func:`divisible_mlp` is a model whose every layer, and
-their sum, has a size divisible by 1, 2, 3 and 4, so formulas hold exactly.
+largest state sampled as each layer starts and ends its forward, after each
+gradient's accumulation, and as each collective is called, with that call's own
+buffers (the gathered output, the gradient being reduce-scattered or all-reduced)
+counted where they are not parameters, gradients or optimizer state. Temporary
+tensors that no collective touches (activations, an optimizer's scratch) are not seen.
+:func:`divisible_mlp` is a model whose every layer, and their sum, has a size divisible
+by 1, 2, 3 and 4, so formulas hold exactly.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from ..core.noise import rotated
 from ..core.precision import MathMode
 from ..core.training import set_seed
 from ..runtime.group import rank_device
-from .ledger import count_bytes
+from .ledger import Ledger, count_bytes
 from .memory import measure_state, saved_weight_bytes
 from .training import METHODS, shard
 from .zero3 import Zero3
@@ -82,10 +85,12 @@ def state_worker(
         model, opt = shard(method, net, mode=mode, lr=1e-3)
         for _ in range(2):  # the first step warms up; the second is measured
             samples: list[int] = []
-            hooks = _sample_during_step(
-                net, lambda: samples.append(measure_state(model, opt)["total"])
-            )
-            with count_bytes() as ledger:
+
+            def sample(buffers=()) -> None:  # the state now, plus a collective's buffers
+                samples.append(measure_state(model, opt, buffers)["total"])
+
+            hooks = _sample_during_step(net, sample)
+            with count_bytes(Ledger(world_size, watch=sample)) as ledger:
                 with mode.autocast():
                     loss = F.cross_entropy(model(X), y)
                 loss.backward()

@@ -64,15 +64,19 @@ SHARDED = {  # which of (parameters, gradients, optimizer state) are split N way
 SAME_AS = {"ZeroRedundancyOptimizer": "ZeRO-1", "FSDP2": "ZeRO-3", "ZeRO-3 prefetch": "ZeRO-3"}
 
 
+def _check_formula(method: str, psi: int, world_size: int, precision: str) -> int:
+    check_choice(method, "method", [*SHARDED, *SAME_AS])
+    check_choice(precision, "precision", list(BYTES_PER_PARAMETER))
+    check_int(psi, "psi", 0)
+    return check_int(world_size, "world_size")
+
+
 def formula_bytes(
     method: str, psi: int, world_size: int, precision: str = "fp32"
 ) -> dict[str, float]:
     """``{"params", "grads", "optimizer", "total"}`` bytes per rank by the table above."""
     method = SAME_AS.get(method, method)
-    check_choice(method, "method", [*SHARDED, *SAME_AS])
-    check_choice(precision, "precision", list(BYTES_PER_PARAMETER))
-    check_int(psi, "psi", 0)
-    n = check_int(world_size, "world_size")
+    n = _check_formula(method, psi, world_size, precision)
     out = {
         key: b * psi / (n if split else 1)
         for key, b, split in zip(
@@ -98,10 +102,12 @@ def _storage_bytes(tensors) -> int:
     return sum(seen.values())
 
 
-def measure_state(model: nn.Module, optimizer: Any) -> dict[str, int]:
+def measure_state(model: nn.Module, optimizer: Any, buffers=()) -> dict[str, int]:
     """Bytes this rank holds for trainable parameters, their gradients and optimizer state.
 
     Call it after ``optimizer.step()`` (the state exists) and before ``zero_grad()``.
+    With ``buffers`` (a collective's tensors), ``"buffers"`` adds the bytes of their
+    storages that are none of the three: what the collective needs on top.
     """
     check_module(model, "model")
     params = [p for p in model.parameters() if p.requires_grad]
@@ -115,6 +121,9 @@ def measure_state(model: nn.Module, optimizer: Any) -> dict[str, int]:
         "grads": _storage_bytes(p.grad for p in params),
         "optimizer": _storage_bytes(state),
     }
+    if buffers:
+        whole = _storage_bytes([*params, *(p.grad for p in params), *state, *buffers])
+        out["buffers"] = whole - sum(out.values())
     out["total"] = sum(out.values())
     return out
 

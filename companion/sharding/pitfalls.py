@@ -162,6 +162,12 @@ def load_full_state_dict(model: nn.Module, state_dict: dict) -> None:
     set_model_state_dict(model, state_dict, options=options)
 
 
+def _images(n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    X, y = torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g)
+    return X.to(device), y.to(device)
+
+
 def _whole(model: nn.Module) -> torch.Tensor:
     ps = [p.full_tensor() if isinstance(p, DTensor) else p for p in model.parameters()]
     return torch.cat([p.detach().reshape(-1).cpu() for p in ps])
@@ -190,14 +196,14 @@ def _grad_norm(model: nn.Module) -> float:
 
 
 def pitfalls_worker(rank: int, world_size: int, n: int = 32) -> dict:
-    """Worker: each pitfall made on the chapter's :class:`TiedFrozenUnused` model, and its
-    evidence; the detectors' verdicts on it; a full state dict loaded both ways."""
+    """Worker: each pitfall made on the chapter's :class:`TiedFrozenUnused` model.
+
+    Returns its evidence, the detectors' verdicts on it, and a full state dict
+    loaded both ways."""
     check_int(n, "n", world_size, "each rank needs a sample")
     device, out = rank_device(), {}
     mesh = init_device_mesh(device.type, (world_size,))
-    g = torch.Generator().manual_seed(3)
-    X, y = torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g)
-    X, y = X.to(device), y.to(device)
+    X, y = _images(n, device)  # the same on every rank
 
     set_seed(0)
     whole = _whole(TiedFrozenUnused())  # what one process builds with seed 0

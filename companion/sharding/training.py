@@ -61,6 +61,17 @@ METHODS = (
 )
 
 
+def _check_shard(method: str, mode: MathMode | None, defaults: dict) -> None:
+    check_choice(method, "method", METHODS)
+    check_precision(mode, method)
+    _check_optimizer_options(defaults)
+
+
+def _check_method(method: str, cfg: DDPConfig) -> MathMode:
+    check_choice(method, "method", METHODS)
+    return check_precision(MathMode(cfg.precision, rank_device()), method)
+
+
 def shard(
     method: str,
     net: nn.Module,
@@ -71,9 +82,7 @@ def shard(
     **defaults: Any,
 ) -> tuple[nn.Module, Any]:
     """``net`` and its optimizer under ``method``; ``defaults`` go to ``optimizer_class``."""
-    check_choice(method, "method", METHODS)
-    check_precision(mode, method)
-    _check_optimizer_options(defaults)
+    _check_shard(method, mode, defaults)
     if method == "DDP":
         ids = ddp_device_ids(next(net.parameters()).device)
         model = DDP(net, device_ids=ids, find_unused_parameters=find_unused_parameters)
@@ -82,10 +91,11 @@ def shard(
     if method == "ZeRO-1":
         return net, Zero1(net, optimizer_class, **defaults)
     if method == "ZeRO-2":
-        return net, Zero2(net, optimizer_class, bucket_cap_mb, **defaults)
+        return net, Zero2(net, optimizer_class, bucket_cap_mb=bucket_cap_mb, **defaults)
     if method.startswith("ZeRO-3"):  # bf16 cast at gather, as fsdp2's policy does
         dtype = None if mode is None else mode.dtype
-        return net, Zero3(net, optimizer_class, None, "prefetch" in method, dtype, **defaults)
+        prefetch = "prefetch" in method
+        return net, Zero3(net, optimizer_class, prefetch=prefetch, param_dtype=dtype, **defaults)
     if method == "ZeroRedundancyOptimizer":
         return zero_redundancy(net, optimizer_class, find_unused_parameters, **defaults)
     return fsdp2(net, optimizer_class, mode=mode, **defaults)
@@ -151,8 +161,7 @@ def setup_sharded(
 ) -> Rank:
     """Chapter 5's :func:`~companion.ddp.loop.setup_rank` with ``method``: ``wrap`` shards
     the seeded model and ``make_optimizer`` hands over the optimizer built with it (SGD)."""
-    check_choice(method, "method", METHODS)
-    mode = check_precision(MathMode(cfg.precision, rank_device()), method)
+    mode = _check_method(method, cfg)
     made = {}
 
     def wrap(net: nn.Module) -> nn.Module:
@@ -173,7 +182,9 @@ def setup_sharded(
         return step_for(mode)
 
     hand_over = lambda params, lr: made["optimizer"]  # noqa: E731 (built by wrap)
-    return setup_rank(data, cfg, label, wrap, hand_over, make_step, **setup)
+    return setup_rank(
+        data, cfg, label, wrap, make_optimizer=hand_over, make_step=make_step, **setup
+    )
 
 
 def sharded_worker(

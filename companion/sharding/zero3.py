@@ -242,6 +242,7 @@ class Zero3(ShardedOptimizer):
             self._reduce_scatter(unit)
 
     def _reduce_scatter(self, unit: Unit) -> None:
+        unit.free()  # its backward is over: free the weights before the gradient goes out
         grad = unit.grad if unit.grad is not None else unit.layout.empty()
         out = torch.empty_like(unit.shard)
         start = time.perf_counter()
@@ -249,7 +250,6 @@ class Zero3(ShardedOptimizer):
         self._note(f"reduce-scatter {unit.name}", work, start)
         unit.pending.append((work, out))
         unit.grad, unit.ready = None, set()
-        unit.free()
 
     def _reduce(self) -> list[torch.Tensor]:
         for unit in self.units:  # unused parameters: zeros, in unit order on every rank

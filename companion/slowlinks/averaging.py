@@ -44,10 +44,7 @@ def _sum(tensor: torch.Tensor, allreduce: Callable | None) -> None:
     dist.all_reduce(tensor) if allreduce is None else allreduce(tensor)
 
 
-@torch.no_grad()
-def average_parameters(params: list[torch.Tensor], allreduce: Callable | None = None) -> None:
-    """Every rank's ``params`` replaced by their mean over the ranks (packed in one message,
-    divided by N before the sum, as torch's ``average_parameters``)."""
+def _check_tensors(params) -> list[torch.Tensor]:
     check_group("average_parameters")
     params = list(params)
     if not params or not all(torch.is_tensor(p) for p in params):
@@ -55,6 +52,14 @@ def average_parameters(params: list[torch.Tensor], allreduce: Callable | None = 
             "average_parameters needs a list of tensors, e.g. "
             "[p for p in net.parameters() if p.requires_grad]"
         )
+    return params
+
+
+@torch.no_grad()
+def average_parameters(params: list[torch.Tensor], allreduce: Callable | None = None) -> None:
+    """Every rank's ``params`` replaced by their mean over the ranks (packed in one message,
+    divided by N before the sum, as torch's ``average_parameters``)."""
+    params = _check_tensors(params)
     flat = torch.cat([p.reshape(-1) for p in params]) / dist.get_world_size()
     _sum(flat, allreduce)
     for p, piece in zip(params, flat.split([p.numel() for p in params])):
@@ -115,6 +120,12 @@ class LocalSGD(_Periodic):
         average_parameters(self.params(), self.allreduce)
 
 
+def _check_outer(outer_lr: float, outer_momentum: float) -> None:
+    check_lr(outer_lr)
+    if not 0 <= outer_momentum < 1:
+        raise ValueError(f"outer_momentum must be in [0, 1), got {outer_momentum}: e.g. 0.9, or 0")
+
+
 class DiLoCo(_Periodic):
     """``period`` inner steps, then an outer step on the averaged pseudo-gradient."""
 
@@ -126,11 +137,7 @@ class DiLoCo(_Periodic):
         outer_momentum: float = 0.9,
         allreduce: Callable | None = None,
     ):
-        check_lr(outer_lr)
-        if not 0 <= outer_momentum < 1:
-            raise ValueError(
-                f"outer_momentum must be in [0, 1), got {outer_momentum}: e.g. 0.9, or 0"
-            )
+        _check_outer(outer_lr, outer_momentum)
         super().__init__(inner, period, allreduce)
         self.start = [p.detach().clone().requires_grad_() for p in self.params()]  # w0
         self.outer = torch.optim.SGD(

@@ -57,14 +57,18 @@ def link_seconds(ledger: Ledger, network: str) -> float:
     return ledger.seconds(link.alpha, link.beta)
 
 
-def projected_seconds(records: list[Record], ledgers: list[Ledger], network: str) -> list[float]:
-    """The run's time at the end of each epoch on ``network``: each epoch's measured
-    seconds plus what its collectives would take there (no overlap assumed)."""
+def _check_one_each(records: list[Record], ledgers: list[Ledger]) -> None:
     if len(records) != len(ledgers):
         raise ValueError(
             f"one ledger per epoch record is needed: {len(records)} records, "
             f"{len(ledgers)} ledgers (use SlowResult.epoch_ledgers())"
         )
+
+
+def projected_seconds(records: list[Record], ledgers: list[Ledger], network: str) -> list[float]:
+    """The run's time at the end of each epoch on ``network``: each epoch's measured
+    seconds plus what its collectives would take there (no overlap assumed)."""
+    _check_one_each(records, ledgers)
     total, out = 0.0, []
     for record, ledger in zip(records, ledgers):
         total += record.sec_per_epoch + link_seconds(ledger, network)

@@ -75,6 +75,14 @@ def _check_shards(batch_size: int, n_shards: int) -> None:
         )
 
 
+def _check_pair(X: torch.Tensor, y: torch.Tensor) -> None:
+    if len(X) != len(y):
+        raise ValueError(
+            f"X has {len(X)} samples but y has {len(y)}: "
+            f"pass the features and labels of one minibatch"
+        )
+
+
 def split_batch(
     X: torch.Tensor, y: torch.Tensor, devices: Sequence[torch.device]
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -83,11 +91,7 @@ def split_batch(
     Shard sizes come from :func:`shard_sizes`. On a virtual device (the
     batch's own device, named again) a shard is a view of the batch, not a copy.
     """
-    if len(X) != len(y):
-        raise ValueError(
-            f"X has {len(X)} samples but y has {len(y)}: "
-            f"pass the features and labels of one minibatch"
-        )
+    _check_pair(X, y)
     sizes = shard_sizes(len(y), len(devices))
     X_shards = [X_i.to(d, non_blocking=True) for X_i, d in zip(X.split(sizes), devices)]
     y_shards = [y_i.to(d, non_blocking=True) for y_i, d in zip(y.split(sizes), devices)]
@@ -102,13 +106,17 @@ def copy_replicas(net: nn.Module, devices: Sequence[torch.device]) -> list[nn.Mo
     one set of parameters and their gradients would pile up in one tensor.
     ``copy.deepcopy`` makes real copies.
     """
-    check_module(net, "net")
-    if not devices:
-        raise ValueError("replicate needs at least one device")
+    _check_replicate(net, devices)
     replicas = [copy.deepcopy(net).to(d) for d in devices]
     for replica in replicas:
         replica.zero_grad(set_to_none=True)
     return replicas
+
+
+def _check_replicate(net: nn.Module, devices: Sequence[torch.device]) -> None:
+    check_module(net, "net")
+    if not devices:
+        raise ValueError("replicate needs at least one device")
 
 
 def _check_one_per_device(tensors: list[torch.Tensor]) -> None:

@@ -28,6 +28,7 @@ precision, and :func:`aggregate` refuses records in two precisions unless
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import mean, stdev
@@ -237,5 +238,6 @@ def table(points: Sequence[Point]) -> str:
             f"{p.flag or f'{p.efficiency:.0%}':>8}  {p.precision}"
         )
     flags = sorted({p.flag for p in points} - {""})
-    lines += [f"{flag}: {FLAGS[flag]}" for flag in flags] + ([QUIET] if flags else [])
+    notes = [f"{flag}: {FLAGS[flag]}" for flag in flags] + ([QUIET] if flags else [])
+    lines += [textwrap.fill(note, 88, subsequent_indent="  ") for note in notes]  # the page's width
     return "\n".join(lines)

@@ -30,7 +30,7 @@ __all__ = ["carried_over", "init_weights_as_published", "train_as_published"]
 
 
 def init_weights_as_published(m: nn.Module) -> None:
-    """Seed 002's ``init_weights``: normal(0, 0.01) weights for Linear and Conv2d only."""
+    """d2l's ``init_weights``: normal(0, 0.01) weights for Linear and Conv2d only."""
     if type(m) in (nn.Linear, nn.Conv2d):
         nn.init.normal_(m.weight, std=0.01)
 
@@ -45,7 +45,7 @@ def train_as_published(
     profile: str | None = None,
     seed: int = 0,
 ) -> list[Record]:
-    """Seed 002's ``train``: re-initialise some weights of ``net`` in place, then train.
+    """d2l's ``train``: re-initialise some weights of ``net`` in place, then train.
 
     The caller keeps ``net`` and passes it again to the next call, as seed
     002 does; the state that the re-initialisation misses is carried into

@@ -140,9 +140,9 @@ def run_study(
     from tqdm import tqdm
 
     check_choice(scaling, "scaling", SCALING)
-    show = sys.stderr.isatty() if progress is None else progress
+    show_bar = sys.stderr.isatty() if progress is None else progress
     found: list[StudyRecord] = []
-    with tqdm(total=len(runs), desc="scaling study", unit="run", disable=not show) as bar:
+    with tqdm(total=len(runs), desc="scaling study", unit="run", disable=not show_bar) as bar:
         for i, (name, spec) in enumerate(runs, start=1):
             what = f"{name}, {spec.n_devices} device(s), seed {spec.seed}"
             bar.set_postfix_str(what)

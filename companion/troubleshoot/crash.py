@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         _check_crash(args.crash_rank, args.step, args.how)
     except ValueError as err:
-        parser.error(str(err).replace("crash_rank", "--crash-rank").replace("step", "--step"))
+        parser.error(re.sub(r"\bstep\b", "--step", str(err).replace("crash_rank", "--crash-rank")))
     init_from_env(backend="gloo", timeout=30.0)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     total = crash_at_step(rank, world_size, args.crash_rank, args.step, args.how)

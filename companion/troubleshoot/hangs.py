@@ -79,7 +79,9 @@ def mismatched(
     }
 
 
-def _check(kind: str, timeout: float) -> None:
+def _check(kind: str, timeout: float, debug: str = "OFF") -> None:
+    if debug not in DEBUG_LEVELS:
+        raise ValueError(f"debug must be one of {DEBUG_LEVELS}, got {debug!r}")
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {sorted(KINDS)}, got {kind!r}")
     if not timeout > 0:
@@ -94,9 +96,7 @@ def diagnose_hang(kind: str, debug: str = "OFF", timeout: float = 2.0) -> list[d
     followed by what each rank had written to stderr. Bounded: the launch
     itself times out after ``timeout + 30`` seconds.
     """
-    _check(kind, timeout)
-    if debug not in DEBUG_LEVELS:
-        raise ValueError(f"debug must be one of {DEBUG_LEVELS}, got {debug!r}")
+    _check(kind, timeout, debug)
     with temporary_env(TORCH_DISTRIBUTED_DEBUG=debug), tempfile.TemporaryDirectory() as logs:
         try:
             return launch(mismatched, 2, kind, timeout, logs, timeout=timeout + 30)

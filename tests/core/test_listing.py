@@ -4,7 +4,7 @@ import inspect
 import pytest
 
 from companion import show
-from companion.core.listing import _without_docstrings
+from companion.core.listing import _summaries_only
 from companion.core.loaders import DeviceLoader
 from companion.core.training import train_step
 
@@ -34,18 +34,35 @@ def _strip_docstring_nodes(tree: ast.AST) -> str:
     return ast.dump(tree)
 
 
+def _docstrings(tree: ast.AST) -> list[str]:
+    return [
+        node.body[0].value.value
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+        and isinstance(node.body[0].value.value, str)
+    ]
+
+
 @pytest.mark.parametrize("obj", [DeviceLoader, train_step, show])
-def test_show_leaves_out_docstrings_by_default_and_nothing_else(obj):
+def test_show_cuts_docstrings_to_their_summaries_and_changes_nothing_else(obj):
     full = inspect.getsource(obj)
     code = show(obj).code
-    assert '"""' not in code and code.count("\n") < full.count("\n")
-    # the same program as the source with its docstring nodes removed from the syntax tree
-    assert ast.dump(ast.parse(code)) == _strip_docstring_nodes(ast.parse(full))
+    assert code.count("\n") < full.count("\n")
+    # each docstring is its first paragraph, word for word
+    summaries = [d.split("\n\n")[0].rstrip() for d in _docstrings(ast.parse(full))]
+    assert [d.rstrip() for d in _docstrings(ast.parse(code))] == summaries
+    # and the program around them is the same
+    assert _strip_docstring_nodes(ast.parse(code)) == _strip_docstring_nodes(ast.parse(full))
 
 
-def test_without_docstrings_keeps_strings_that_are_not_docstrings():
+def test_summaries_only_keeps_strings_that_are_not_docstrings_and_short_docstrings():
     code = 'def f():\n    """Doc."""\n    x = """not a docstring"""\n    return x\n'
-    assert _without_docstrings(code) == 'def f():\n    x = """not a docstring"""\n    return x\n'
+    assert _summaries_only(code) == code
+    code = 'def f():\n    """Doc.\n\n    More.\n    """\n    return 1\n'
+    assert _summaries_only(code) == 'def f():\n    """Doc."""\n    return 1\n'
 
 
 def test_show_dedents_methods():
@@ -58,12 +75,12 @@ def test_show_rejects_objects_without_source():
         show(42)
 
 
-def test_a_docstring_that_is_the_whole_body_becomes_an_ellipsis_so_the_listing_parses():
-    code = 'class A:\n    def f(self) -> None:\n        """Only a docstring."""\n\n    def g(self):\n        return 1\n'
-    shown = _without_docstrings(code)
-    assert (
-        shown
-        == "class A:\n    def f(self) -> None:\n        ...\n\n    def g(self):\n        return 1\n"
+def test_a_class_whose_docstring_is_cut_still_parses():
+    code = 'class A:\n    def f(self) -> None:\n        """Only a docstring.\n\n        More.\n        """\n\n    def g(self):\n        return 1\n'
+    shown = _summaries_only(code)
+    assert shown == (
+        'class A:\n    def f(self) -> None:\n        """Only a docstring."""\n\n'
+        "    def g(self):\n        return 1\n"
     )
     ast.parse(shown)
 
@@ -73,4 +90,4 @@ def test_no_shown_body_is_empty():
 
     code = show(StepBookkeeping).code
     ast.parse(code)  # an empty body would be a syntax error
-    assert "def _prepare(self) -> None:\n        ...\n" in code
+    assert 'def _prepare(self) -> None:\n        """' in code

@@ -27,7 +27,7 @@ def epoch_loops() -> set[str]:
 
 def test_there_is_one_epoch_loop_per_kind():
     assert epoch_loops() == {
-        "core.training.train",  # one device (chapters 1, 2 and 4 extend it)
+        "core.training.fit",  # one device (chapters 1, 2 and 4 extend it)
         "runtime.epochs.train_epochs",  # one process per device (chapters 3, 5, 6, 8, 9)
         # Chapter 5's mistakes break the loop's rules on purpose (no set_epoch, no sampler).
         "ddp.mistakes.train_with_mistake",

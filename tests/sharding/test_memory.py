@@ -20,6 +20,21 @@ def test_measured_state_equals_the_formula(measured, world_size):
             assert r["peak"] >= r["state"]["total"]
 
 
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_the_peak_counts_each_collective_s_own_buffers(measured, world_size):
+    """DDP all-reduces a flat copy of the gradients (4 psi bytes on top); ZeRO-1
+    reduce-scatters such a copy into a new shard (4 psi + 4 psi / N). ZeRO-3 frees a unit's
+    weights before its gradient goes out: on top it holds at most that unit's flat gradient
+    and the shard it becomes (had it kept the weights, one unit's weights more)."""
+    run = measured[world_size][0]
+    psi = run["DDP"]["psi"]
+    extra = {m: r["peak"] - r["state"]["total"] for m, r in run.items()}
+    assert extra["DDP"] == 4 * psi
+    assert extra["ZeRO-1"] == 4 * psi + 4 * psi / world_size
+    largest_unit = (28 * 28 + 1) * 24  # divisible_mlp's first Linear holds most parameters
+    assert 0 < extra["ZeRO-3"] <= 4 * largest_unit * (1 + 1 / world_size)
+
+
 @pytest.mark.parametrize("world_size", [2, 3, 4])
 def test_zero_redundancy_optimizer_splits_the_state_by_whole_tensors(measured, world_size):
     runs = measured[world_size]
