@@ -263,6 +263,7 @@ CASES = [
     ("evaluate_accuracy empty", lambda t: core.evaluate_accuracy(net(), []), ValueError, r"empty iterator"),
     ("warm_up lr=-1", lambda t: core.warm_up(net(), X, Y, -1), ValueError, r"lr must be a positive, finite number, got -1"),
     ("warm_up steps=-1", lambda t: core.warm_up(net(), X, Y, 0.1, -1), ValueError, r"steps must be an integer >= 0, got -1"),
+    ("core.shell_lines width=10", lambda t: core.shell_lines("echo hi", 10), ValueError, r"width must be an integer >= 20, got 10: the characters a line may hold"),
     ("core.fit epochs=0", lambda t: core.fit(net(), *iters(), torch.optim.SGD(net().parameters(), 0.1), 0, core.record_maker("1 device", 1, profile="ci", model="lenet", dataset="", precision="fp32")), ValueError, r"epochs must be an integer >= 1, got 0: the number of passes over train_iter"),
     ("core.fit epochs='2'", lambda t: core.fit(net(), *iters(), torch.optim.SGD(net().parameters(), 0.1), "2", core.record_maker("1 device", 1, profile="ci", model="lenet", dataset="", precision="fp32")), TypeError, r"epochs must be an integer >= 1, got '2' of type str: the number of passes over train_iter"),
     ("core.train lr=-1", lambda t: core.train(net(), *iters(), epochs=1, lr=-1, profile="ci"), ValueError, r"lr must be a positive, finite number, got -1: pass a learning rate such as 0\.1"),

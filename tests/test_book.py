@@ -131,22 +131,11 @@ def test_long_inputs_and_outputs_are_folded_on_the_page(nb_path):
 
 
 # The code column at 1280 px shows about 103 characters whole (book/_static/custom.css; measured
-# with a ruler line in headless Chromium). Lines wider than WIDTH scroll sideways. KNOWN_WIDE
-# counts the ones each page still has (the describe_setup "data:" line, tables, gloo's errors):
-# it may only go down, and the test says so when it can.
+# with a ruler line in headless Chromium). Lines wider than WIDTH would scroll sideways: no
+# page has one (tables fit, commands break with shell_lines, long errors are wrapped).
+# KNOWN_WIDE would count a page's exceptions; there are none.
 WIDTH = 100
-KNOWN_WIDE = {
-    "appendix_troubleshooting": 12,
-    "ch01_one_device": 1,
-    "ch02_split_by_hand": 1,
-    "ch03_allreduce_by_hand": 1,
-    "ch04_dataparallel": 2,
-    "ch05_ddp": 0,
-    "ch06_inside_ddp": 4,
-    "ch07_scaling_study": 31,
-    "ch08_fault_tolerance_and_many_nodes": 7,
-    "ch09_sharded_data_parallel": 6,
-}
+KNOWN_WIDE: dict[str, int] = {}
 
 
 def shown_lines(cell: dict) -> list[str]:

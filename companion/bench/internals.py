@@ -193,8 +193,9 @@ def report(seen: dict, load: Load | None = None) -> str:
         "  a copy into and out of each bucket, and wait in finish())",
         "",
         f"Bucket sweep on {seen['sweep_model']} ({sum(seen['buckets'][seen['caps'][0]]):,} bytes "
-        f"of gradients); alpha {seen['alpha'] * 1e6:.1f} us, beta {1 / max(seen['beta'], 1e-30) / 1e9:.2f}"
-        f" GB/s, fitted in this run",
+        "of gradients);",
+        f"  alpha {seen['alpha'] * 1e6:.1f} us, beta {1 / max(seen['beta'], 1e-30) / 1e9:.2f}"
+        " GB/s, fitted in this run",
         f"  {'cap MiB':>8}{'buckets':>9}{'BucketedDDP ms':>16}{'torch DDP ms':>14}"
         f"{'torch buckets':>15}{'model ms':>10}",
     ]

@@ -52,8 +52,8 @@ def report(seen: dict, load: Load | None = None) -> str:
     n, rounds = seen["world_size"], seen["seconds"]
     sec = {method: statistics.median(r) for method, r in rounds.items()}
     lines = [
-        f"{seen['model']}, batch {seen['batch']} per rank, {n} processes, fp32, "
-        f"profile {seen['profile']}, {seen['hardware']}",
+        f"{seen['model']}, batch {seen['batch']} per rank, {n} processes, fp32,",
+        f"  profile {seen['profile']}, {seen['hardware']}",
         "step time (median, slowest rank):",
     ]
     for method, s in sec.items():
@@ -61,7 +61,7 @@ def report(seen: dict, load: Load | None = None) -> str:
     lines.append(verdict("sharding", paired_ratio(rounds["ZeRO-3"], rounds["FSDP2"]), load))
     lines.append(
         "rank 0's state after a step (KiB): params, grads, optimizer = total | "
-        "peak in the step | formula total"
+        "peak in step | formula"
     )
     for method, r in seen["state"].items():
         st, f = r["state"], formula_bytes(method, r["psi"], n)

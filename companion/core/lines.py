@@ -9,17 +9,19 @@ stdout pipe then interleave: ``step 30 loss 2.0004rank 1: killed ...``.
 :func:`say` builds the whole line first and hands it to the stream in one
 ``write``; the operating system keeps a pipe write of up to 4096 bytes whole.
 :func:`progress_bar` draws a bar on a terminal only, never in a notebook.
+:func:`shell_lines` breaks a long command into lines a shell reads as one.
 """
 
 from __future__ import annotations
 
 import sys
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import IO
 
-__all__ = ["say", "progress_bar"]
+__all__ = ["say", "progress_bar", "shell_lines"]
 
 
 def say(*parts: object, sep: str = " ", file: IO[str] | None = None) -> None:
@@ -48,3 +50,16 @@ def progress_bar(total: int, desc: str, show: bool | None = None) -> Iterator:
 
     with tqdm(total=total, desc=desc, leave=False) as bar:
         yield bar
+
+
+def shell_lines(command: str, width: int = 88) -> str:
+    """``command`` broken between words into lines of at most ``width`` characters, each
+    but the last ending with `` \\`` (a shell joins them), the later ones indented."""
+    if type(width) is not int or width < 20:  # a line must hold a word and " \\"
+        raise ValueError(
+            f"width must be an integer >= 20, got {width!r}: the characters a line may hold"
+        )
+    lines = textwrap.wrap(
+        command, width - 2, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False
+    )
+    return " \\\n".join(lines)

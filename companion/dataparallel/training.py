@@ -39,13 +39,13 @@ def wrap_dataparallel(
     if cuda and len(set(devices)) == len(devices):
         return nn.DataParallel(net, device_ids=devices), "nn.DataParallel"
     if gpu_count() == 0:
-        why = "no GPU: nn.DataParallel would set device_ids = [] and use one device"
+        why = "no GPU: nn.DataParallel would use one device (device_ids = [])"
         method = "DataParallel by hand (no GPU)"
     else:
         why = "virtual devices: nn.DataParallel needs distinct GPUs"
         method = "DataParallel by hand (virtual)"
     if verbose:
-        say(f"{why}; training with DataParallelByHand on {len(devices)} device(s)")
+        say(f"{why};\n  training with DataParallelByHand on {len(devices)} device(s)")
     return DataParallelByHand(net, devices), method
 
 

@@ -17,19 +17,17 @@ somewhere else. A *snapshot* holds all of it:
   draw none during training;
 * the run's config, to refuse a snapshot from a different run.
 
-Rank 0 writes it atomically (:func:`~companion.core.files.atomic_write`:
-a temporary file, fsync, ``os.replace``), so a writer killed mid-save
-leaves the previous snapshot whole. Every rank loads it on start.
-
-A snapshot written with another world size is *resumed*, re-sharding the
-rest of the epoch over the new ranks, as long as the global batch is a
-multiple of the new world size; otherwise it is refused with an error
-saying so. Other differences in the config are refused.
+Rank 0 writes it atomically (:func:`~companion.core.files.atomic_write`: a temporary
+file, fsync, ``os.replace``), so a writer killed mid-save leaves the previous snapshot
+whole. Every rank loads it on start. A snapshot written with another world size is
+*resumed*, the rest of the epoch re-sharded over the new ranks, when the global batch is
+a multiple of the new world size; otherwise, and for other config changes, it is refused.
 """
 
 from __future__ import annotations
 
 import random
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -253,8 +251,7 @@ def _where(epoch: int, position: int, epochs: int | None) -> str:
 def describe_snapshot(snapshot: dict[str, Any]) -> str:
     """A few lines on what a snapshot holds."""
     check_snapshot(snapshot)
-    config = snapshot["config"]
-    rng = snapshot["rng"]
+    config, rng = snapshot["config"], snapshot["rng"]
     if "sharded" in snapshot:
         files = sorted(Path(snapshot["sharded"]).glob("*.distcp"))
         held = [
@@ -278,9 +275,14 @@ def describe_snapshot(snapshot: dict[str, Any]) -> str:
             f"scheduler: {snapshot['scheduler']['last_epoch']} steps taken",
             f"rng:       rank 0's python, torch CPU, {len(rng['cuda'])} CUDA device(s) "
             "(restored on every rank)",
-            "config:    " + ", ".join(f"{k}={v}" for k, v in sorted(config.items())),
+            _config_lines(config),
         ]
     )
+
+
+def _config_lines(config: dict[str, Any]) -> str:
+    entries = "config:    " + ", ".join(f"{k}={v}" for k, v in sorted(config.items()))
+    return textwrap.fill(entries, 88, subsequent_indent=" " * 11)
 
 
 def check_snapshot(snapshot: Any, name: str = "snapshot") -> dict[str, Any]:

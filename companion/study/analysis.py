@@ -220,14 +220,15 @@ def table(points: Sequence[Point]) -> str:
     cannot be read as one (:attr:`Point.flag`: noise, over N, 1 epoch) shows
     it in parentheses and the flag in place of the efficiency, and the table
     ends with what each flag means. A standard deviation is shown only over
-    two seeds or more. The last column is the precision.
+    two seeds or more. The precision is one line below the rows when every row
+    has the same, else a last column (the rows then pass the page's 100 characters).
     """
+    one = len({p.precision for p in points}) == 1
     head = (
         f"{'method':<12}{'devices':>8}{'batch':>6}{'lr rule':>8}{'seeds':>6}"
         f"{'test acc':>9}{'(sd)':>8}{'s/epoch':>8}{'[min-max]':>14}{'speed-up':>9}{'effic.':>8}"
-        f"  precision"
     )
-    lines = [head]
+    lines = [head if one else head + "  precision"]
     for p in points:
         sd = f"({p.acc_std:.3f})" if p.seeds > 1 else "-"
         speedup = f"({p.speedup:.2f})" if p.flag else f"{p.speedup:.2f}"
@@ -235,8 +236,10 @@ def table(points: Sequence[Point]) -> str:
             f"{p.method:<12}{p.n_devices:>8}{p.global_batch:>6}{p.lr_rule:>8}{p.seeds:>6}"
             f"{p.acc_mean:>9.3f}{sd:>8}{p.sec_per_epoch:>8.3f}"
             f"{f'[{p.sec_min:.2f}-{p.sec_max:.2f}]':>14}{speedup:>9}"
-            f"{p.flag or f'{p.efficiency:.0%}':>8}  {p.precision}"
+            f"{p.flag or f'{p.efficiency:.0%}':>8}" + ("" if one else f"  {p.precision}")
         )
+    if one and points:
+        lines.append(f"precision: {points[0].precision}")
     flags = sorted({p.flag for p in points} - {""})
     notes = [f"{flag}: {FLAGS[flag]}" for flag in flags] + ([QUIET] if flags else [])
     lines += [textwrap.fill(note, 88, subsequent_indent="  ") for note in notes]  # the page's width

@@ -199,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
         fig = plot(points, label)
         paths.append(atomic_write(out / name, lambda f, fig=fig: fig.savefig(f, format="png")))
     print(text, end="")
-    print("wrote " + ", ".join(str(p) for p in paths))
+    print("wrote:\n" + "\n".join(f"  {p}" for p in paths))
     return paths
 
 

@@ -71,3 +71,22 @@ def test_two_unbuffered_processes_sharing_a_pipe_never_merge_lines():
         line.startswith("worker ") and line.endswith("x" * 60) and line.count("worker") == 1
         for line in lines
     )
+
+
+@pytest.mark.parametrize("width", [40, 88, 100])
+def test_shell_lines_keeps_every_word_and_each_line_within_the_width(width):
+    import shlex
+
+    from companion.core import shell_lines
+
+    command = (
+        "torchrun --nnodes=2 --nproc-per-node=1 --max-restarts=0 --rdzv-backend=c10d "
+        "--rdzv-endpoint=127.0.0.1:29500 --rdzv-id=two-nodes -m companion.elastic "
+        "--profile ci --epochs 2 --snapshot /tmp/work/nodes/snapshot.pt"
+    )
+    wrapped = shell_lines(command, width)
+    lines = wrapped.splitlines()
+    assert len(lines) > 1 and all(len(line) <= width for line in lines)
+    assert all(line.endswith(" \\") for line in lines[:-1])
+    assert shlex.split(wrapped.replace(" \\\n", " ")) == shlex.split(command)
+    assert shell_lines("echo hi", width) == "echo hi"

@@ -1,4 +1,5 @@
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -73,8 +74,12 @@ def test_a_speedup_carries_the_range_its_slowest_and_fastest_epochs_allow():
     )
     assert not two.noisy  # every pairing of epochs, 1.82..2.2, is above 1
     assert not one.noisy  # the base: its speed-up is 1 by definition
-    row = table([one, two]).splitlines()[2]
-    assert "[1.00-1.10]" in row and row.endswith("100%  fp32")
+    lines = table([one, two]).splitlines()
+    assert "[1.00-1.10]" in lines[2] and lines[2].endswith("100%")
+    assert lines[3] == "precision: fp32"  # one precision: a line below the rows, not a column
+    mixed = table([one, replace(two, precision="bf16")]).splitlines()
+    assert mixed[0].endswith("  precision") and mixed[2].endswith("100%  bf16")
+    assert max(len(line) for line in table([one, two]).splitlines()) <= 100
 
 
 def test_a_speedup_made_by_one_slow_epoch_is_marked_noise_not_printed_as_an_efficiency():
@@ -88,9 +93,10 @@ def test_a_speedup_made_by_one_slow_epoch_is_marked_noise_not_printed_as_an_effi
     _, two = aggregate(records)
     assert two.speedup > 6 and two.flag == "over N"  # 6x on 2 devices
     text = table([two]).splitlines()
-    assert text[1].endswith("over N  fp32") and "%" not in text[1]
+    assert text[1].endswith("over N") and "%" not in text[1]
     assert f"({two.speedup:.2f})" in text[1]  # the discredited value, in parentheses
-    assert text[2].startswith("over N: faster than N devices can be") and "quiet" in text[3]
+    assert text[2] == "precision: fp32"
+    assert text[3].startswith("over N: faster than N devices can be") and "quiet" in text[4]
 
 
 @pytest.mark.parametrize("slow, expected", [(1.3, "noise"), (0.65, "")])
