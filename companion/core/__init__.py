@@ -1,9 +1,10 @@
 """Used by every chapter: devices, profiles, data, models, precision and TF32, one-device
-training and gradient clipping, results, the noise rule and speed targets, listings,
-whole lines."""
+training and gradient clipping, freed memory kept for reuse (glibc), results, the noise rule
+and speed targets, listings, whole lines."""
 
 # compat first: it refuses a torch older than the book's floor, with a clear message.
 from . import compat  # noqa: I001
+from . import allocator  # noqa: I001 (then glibc's malloc keeps freed memory: see its docstring)
 
 # Every module's public names, re-exported: ``from companion.core import ...``.
 from . import (
@@ -26,6 +27,7 @@ from . import (
     tf32,
     training,
 )
+from .allocator import *  # noqa: F401,F403
 from .batches import *  # noqa: F401,F403
 from .compat import *  # noqa: F401,F403
 from .checks import *  # noqa: F401,F403
@@ -51,6 +53,7 @@ __all__ = list(
         [
             *checks.__all__,
             *compat.__all__,
+            *allocator.__all__,
             *devices.__all__,
             *tf32.__all__,
             *precision.__all__,

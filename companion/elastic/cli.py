@@ -35,7 +35,7 @@ from ..ddp.cli import check_options, load_data_rank0_first
 from ..ddp.config import DDPConfig
 from .rendezvous import join_elastic
 from .snapshot import load_snapshot
-from .trainer import ElasticOptions, train_elastic
+from .trainer import SHARDED, ElasticOptions, train_elastic
 
 __all__ = ["build_parser", "main"]
 
@@ -77,9 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         "--sharded",
-        action="store_true",
-        help="shard the model with FSDP2 (chapter 9): every process writes its shards "
-        "of each snapshot, which then loads on any number of processes",
+        nargs="?",
+        const="FSDP2",
+        choices=SHARDED,
+        metavar="METHOD",
+        help="shard the model (chapter 9) with METHOD, one of "
+        + ", ".join(SHARDED)
+        + " (default: FSDP2): every process writes its shards of each snapshot, which then "
+        "loads on any number of processes",
     )
     add(
         "--snapshot-every",

@@ -120,7 +120,7 @@ def save_sharded_snapshot(
     path: str | Path,
     **at: Any,
 ) -> Path:
-    """A snapshot of a sharded model (FSDP2), written by *every* rank into the folder ``path``.
+    """A snapshot of a sharded model (FSDP2, ZeRO-3), written by *every* rank into ``path``.
 
     No rank holds the whole model, so each writes its shards of the model and
     optimizer (:func:`~companion.sharding.checkpoint.save_sharded`, DCP); rank

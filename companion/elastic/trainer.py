@@ -30,7 +30,7 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
-from ..core.checks import check_data, check_int
+from ..core.checks import check_choice, check_data, check_int
 from ..core.data import Data
 from ..core.lines import say
 from ..core.lr import warmup_lr
@@ -39,6 +39,7 @@ from ..core.results import Record
 from ..ddp.config import DDPConfig
 from ..ddp.loop import setup_rank, wrap_ddp
 from ..runtime.epochs import Rank, train_epochs
+from ..sharding.checkpoint import CHECKPOINTED
 from ..sharding.training import full_parameters, setup_sharded
 from .rendezvous import attempt, join_elastic
 from .sampler import ResumableSampler
@@ -56,6 +57,9 @@ __all__ = ["ElasticOptions", "ElasticResult", "warmup_schedule", "train_elastic"
 KILL_VAR = "ELASTIC_TEST_KILL"
 
 
+SHARDED = tuple(m for m in CHECKPOINTED if m != "DDP")  # what --sharded takes
+
+
 @dataclass(frozen=True)
 class ElasticOptions:
     """What :func:`train_elastic` adds to :class:`~companion.ddp.config.DDPConfig`."""
@@ -65,13 +69,15 @@ class ElasticOptions:
     momentum: float = 0.9
     warmup_steps: int = 10  # linear lr warm-up
     log_dir: str | None = None  # TensorBoard, rank 0
-    sharded: bool = False  # FSDP2 (chapter 9) instead of DDP; the snapshot is then a folder
+    sharded: str | None = None  # a chapter-9 method instead of DDP; the snapshot is a folder
 
     def check(self) -> ElasticOptions:
         check_int(self.snapshot_every, "snapshot_every")
         check_int(self.warmup_steps, "warmup_steps", 0)
         if not 0 <= self.momentum < 1:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.sharded is not None:
+            check_choice(self.sharded, "sharded", SHARDED)
         return self
 
 
@@ -120,7 +126,7 @@ def _run_config(cfg: DDPConfig, opts: ElasticOptions, data: Data, world: int) ->
         "per_rank_batch": cfg.per_rank_batch,
         "log_dir": opts.log_dir,
         "snapshot_every": opts.snapshot_every,
-        **({"sharded": True} if opts.sharded else {}),  # DDP's snapshots predate the option
+        **({"sharded": opts.sharded} if opts.sharded else {}),  # DDP's predate the option
     }
 
 
@@ -163,12 +169,12 @@ def _kill_if_asked(step: int) -> None:
 
 
 def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticResult:
-    """Train with DDP (or FSDP2) from the last snapshot (or afresh); every rank calls it.
+    """Train with DDP (or a sharded method) from the last snapshot (or afresh); every rank calls it.
 
     Chapter 5's loop (:mod:`companion.ddp.loop`) with SGD with momentum, a
     resumable sampler and snapshots taken by its ``on_step`` and
-    ``on_epoch`` hooks. With ``opts.sharded`` the model is chapter 9's FSDP2
-    and every rank writes its shards of each snapshot. ``cfg.max_steps``
+    ``on_epoch`` hooks. With ``opts.sharded`` (``"FSDP2"``, ``"ZeRO-3"``, ...) the
+    model is sharded as in chapter 9 and every rank writes its shards of each snapshot. ``cfg.max_steps``
     stops the run after that many global steps as a crash would, with no
     snapshot at that step (a resume starts from the last one).
     """
@@ -219,9 +225,10 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
 
 
 def _setup(data: Data, cfg: DDPConfig, opts: ElasticOptions, sampler) -> Rank:
-    """Chapter 5's rank setup with DDP, or with chapter 9's FSDP2 (``opts.sharded``)."""
+    """Chapter 5's rank setup with DDP, or with a chapter-9 method (``opts.sharded``)."""
     if opts.sharded:
-        return setup_sharded(data, cfg, "FSDP2", "elastic FSDP2", opts.momentum, sampler=sampler)
+        label = f"elastic {opts.sharded}"
+        return setup_sharded(data, cfg, opts.sharded, label, opts.momentum, sampler=sampler)
     momentum_sgd = partial(torch.optim.SGD, momentum=opts.momentum)
     return setup_rank(data, cfg, "elastic DDP", wrap_ddp, momentum_sgd, sampler=sampler)
 

@@ -13,7 +13,8 @@ across), :mod:`.clip` (clipping by the global norm of sharded gradients),
 :mod:`.training` (one call for every method), :mod:`.ledger` (bytes per
 collective), :mod:`.memory` (state per rank, formulas, the calculator, saved
 weights), :mod:`.measure` (one measured step), :mod:`.checkpoint`
-(``torch.distributed.checkpoint``, N ranks to M), :mod:`.timeline` (ZeRO-3's
+(``torch.distributed.checkpoint``, N ranks to M; :mod:`.flat_state`, the
+hand-written stages' flat shards as DTensors), :mod:`.timeline` (ZeRO-3's
 gathers, waits and reduce-scatters, drawn), :mod:`.verify` (every method
 against one process, float64).
 """
@@ -25,6 +26,7 @@ from . import (
     checkpoint,
     clip,
     flat,
+    flat_state,
     freed,
     hybrid,
     ledger,
@@ -45,6 +47,7 @@ from .activations import *  # noqa: F401,F403
 from .checkpoint import *  # noqa: F401,F403
 from .clip import *  # noqa: F401,F403
 from .flat import *  # noqa: F401,F403
+from .flat_state import *  # noqa: F401,F403
 from .freed import *  # noqa: F401,F403
 from .hybrid import *  # noqa: F401,F403
 from .ledger import *  # noqa: F401,F403
@@ -80,6 +83,7 @@ __all__ = list(
             *memory.__all__,
             *measure.__all__,
             *checkpoint.__all__,
+            *flat_state.__all__,
             *timeline.__all__,
             *verify.__all__,
         ]

@@ -34,9 +34,10 @@ from ..core.checks import check_choice, check_int
 from ..core.training import set_seed
 from ..internals.tied_frozen_unused import TiedFrozenUnused
 from ..runtime.group import check_group, rank_device
-from .library import fsdp2
-from .training import full_parameters
+from .flat_state import load_stage_state, stage_state
+from .training import METHODS, full_parameters, shard
 from .verify import _share_step
+from .zero1 import ShardedOptimizer
 
 __all__ = [
     "save_sharded",
@@ -47,6 +48,7 @@ __all__ = [
 ]
 
 EXTRA = "extra.pt"  # save_sharded's whole state beside the shards
+CHECKPOINTED = tuple(m for m in METHODS if m != "ZeroRedundancyOptimizer")  # it consolidates
 
 
 def save_sharded(
@@ -62,8 +64,12 @@ def save_sharded(
     """
     check_group("save_sharded")
     path, partial = Path(path), Path(f"{path}.partial")
-    model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(partial))
+    if isinstance(optimizer, ShardedOptimizer):  # ZeRO-1/2/3 by hand: flat DTensors
+        state = {"stage": stage_state(optimizer)}
+    else:  # FSDP2's DTensors, or whole tensors, named by parameter
+        model_state, optim_state = get_state_dict(model, optimizer)
+        state = {"model": model_state, "optim": optim_state}
+    dcp.save(state, checkpoint_id=str(partial))
     dist.barrier()  # every rank's shards are written
     if dist.get_rank() == 0:
         if extra is not None:
@@ -100,6 +106,8 @@ def _check_checkpoint(path: str | Path) -> None:
 def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str | Path) -> None:
     """Every rank reads the pieces its own shards need, whatever the saving world size."""
     _check_checkpoint(path)
+    if isinstance(optimizer, ShardedOptimizer):
+        return load_stage_state(optimizer, str(path))
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
     # A parameter that never had a gradient (unused) has no optimizer state in the
@@ -118,16 +126,19 @@ def checkpoint_worker(
     X: torch.Tensor,
     y: torch.Tensor,
     steps: int = 2,
+    method: str = "FSDP2",
 ) -> dict[str, torch.Tensor]:
-    """Worker: FSDP2 with Adam on the chapter-6 model; ``action`` ``"save"`` trains ``steps``
-    steps on ``(X, y)`` and saves, ``"load"`` loads into a differently seeded model.
-    Both then take one more step. Returns the whole parameters at both moments."""
+    """Worker: ``method`` (FSDP2, or a hand-written stage) with Adam on the chapter-6 model;
+    ``action`` ``"save"`` trains ``steps`` steps on ``(X, y)`` and saves, ``"load"`` loads
+    into a differently seeded model. Both then take one more step. Returns the whole
+    parameters at both moments."""
     check_choice(action, "action", ("save", "load"))
     check_int(steps, "steps", 0)
+    check_choice(method, "method", CHECKPOINTED)
     set_seed(0 if action == "save" else 1)
     device = rank_device()
     X, y = X.to(device), y.to(device)
-    model, optimizer = fsdp2(TiedFrozenUnused().to(device), torch.optim.Adam, lr=1e-2)
+    model, optimizer = shard(method, TiedFrozenUnused().to(device), torch.optim.Adam, lr=1e-2)
     if action == "save":
         for _ in range(steps):
             _share_step(model, optimizer, X, y)

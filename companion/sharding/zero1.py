@@ -107,6 +107,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def _make_inner(self, layouts: list[FlatShards], shards: list[torch.Tensor]) -> None:
         """The real optimizer, over this rank's part of each parameter: leaf views of
         its shards, one per parameter, so that one without a gradient can be skipped."""
+        self.layouts = list(zip(layouts, shards))  # what a sharded checkpoint holds
         self.pieces = [
             (self._index[id(layout.params[i])], k, where, nn.Parameter(shard[where]))
             for k, (layout, shard) in enumerate(zip(layouts, shards))
@@ -189,6 +190,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def _discard_reduced(self) -> None:
         """Drop the gradient shards reduced during backward (the later stages have some)."""
 
+    def _whole_again(self) -> None:
+        """After the shards changed: the stage's whole parameters, where it keeps them."""
+
 
 class Zero1(ShardedOptimizer):
     """ZeRO-1 by hand: ``Zero1(net, torch.optim.Adam, lr=1e-3)``, then use it as the optimizer."""
@@ -216,6 +220,8 @@ class Zero1(ShardedOptimizer):
         self._step_pieces(self.reduced_grads(), got)  # my shard of the parameters and state
         for piece in self.shard_params:
             piece.grad = None  # the whole gradients stay until zero_grad()
-        shard = self.layout.shard(self.flat)
-        all_gather_single(self.flat, shard.clone())  # whole again
+        self._whole_again()
         return loss
+
+    def _whole_again(self) -> None:
+        all_gather_single(self.flat, self.layout.shard(self.flat).clone())

@@ -126,9 +126,12 @@ class Zero2(ShardedOptimizer):
     def step(self, closure=None) -> Any:
         loss = self._closure(closure)  # torch's contract: evaluate, then step
         self._step_pieces(self.reduced_grads(), self._got)
+        self._whole_again()
+        return loss
+
+    def _whole_again(self) -> None:
         for b in self.buckets:
             all_gather_single(b.flat, b.layout.shard(b.flat).clone())
-        return loss
 
     def _discard_reduced(self) -> None:
         for b in self.buckets:

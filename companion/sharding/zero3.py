@@ -168,8 +168,8 @@ class Zero3(ShardedOptimizer):
             raise RuntimeError(
                 "Zero3: between steps each rank holds only its shard of the parameters "
                 "(the model's own tensors hold NaN): call optimizer.full_parameters() on "
-                "every rank for the whole values, or use FSDP2 with save_sharded for a "
-                "checkpoint"
+                "every rank for the whole values, or save_sharded(model, optimizer, path) "
+                "for a checkpoint"
             )
 
     def _gather(self, unit: Unit) -> None:

@@ -100,10 +100,11 @@ def test_another_runs_snapshot_is_refused(one_process_group, tmp_path):
         train_elastic(data, DDPConfig("ci", epochs=1, global_batch=64, clip=1.0), opts)
 
 
-def test_a_sharded_resume_in_one_process_restores_everything(one_process_group, tmp_path):
+@pytest.mark.parametrize("method", ["FSDP2", "ZeRO-3"])
+def test_a_sharded_resume_in_one_process_restores_everything(one_process_group, tmp_path, method):
     data, cfg = small_data(), DDPConfig("ci", epochs=2, global_batch=64)
-    whole = train_elastic(data, cfg, ElasticOptions(str(tmp_path / "a"), 4, sharded=True))
-    opts = ElasticOptions(str(tmp_path / "b"), 4, sharded=True)
+    whole = train_elastic(data, cfg, ElasticOptions(str(tmp_path / "a"), 4, sharded=method))
+    opts = ElasticOptions(str(tmp_path / "b"), 4, sharded=method)
     stopped = train_elastic(data, DDPConfig("ci", epochs=2, global_batch=64, max_steps=7), opts)
     assert stopped.losses[-1][0] == 7 and load_snapshot(opts.snapshot)["step"] == 4
     resumed = train_elastic(data, cfg, opts)  # the shards of step 4 read back by DCP
@@ -113,14 +114,19 @@ def test_a_sharded_resume_in_one_process_restores_everything(one_process_group, 
     assert (snapshot["epoch"], snapshot["step"], snapshot["sharded"]) == (2, 20, opts.snapshot)
     assert "model:     in shards, 1 DCP file(s)" in describe_snapshot(snapshot)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # no .partial left
-    with pytest.raises(SnapshotError, match=r"another run \(sharded: True -> None\)"):
+    with pytest.raises(SnapshotError, match=rf"another run \(sharded: '{method}' -> None\)"):
         train_elastic(data, cfg, ElasticOptions(opts.snapshot, 4))  # DDP on FSDP2's snapshot
 
 
-def test_a_worker_killed_under_fsdp2_resumes_to_the_uninterrupted_parameters(tmp_path):
-    args = [*snapshot_args(tmp_path / "whole"), "--sharded"]
+@pytest.mark.parametrize("method, tensors", [("FSDP2", 10), ("ZeRO-3", 5)])
+def test_a_worker_killed_when_sharded_resumes_to_the_uninterrupted_parameters(
+    tmp_path, method, tensors
+):
+    """FSDP2 saves each parameter as a DTensor; the hand-written ZeRO-3 one flat DTensor per
+    unit (LeNet's five layers that have parameters)."""
+    args = [*snapshot_args(tmp_path / "whole"), "--sharded", method]
     [whole] = run_agents([standalone_command(2, args)], timeout=TIMEOUT)
-    args = [*snapshot_args(tmp_path / "killed"), "--sharded"]
+    args = [*snapshot_args(tmp_path / "killed"), "--sharded", method]
     [run] = run_agents(
         [standalone_command(2, args, max_restarts=1)], timeout=TIMEOUT, kill={0: "1:30"}
     )
@@ -130,7 +136,12 @@ def test_a_worker_killed_under_fsdp2_resumes_to_the_uninterrupted_parameters(tmp
     assert_no_process_left(str(tmp_path))
     for name in ("whole", "killed"):
         dcp_to_torch_save(tmp_path / name, tmp_path / f"{name}.pt")
-    killed, reference = (torch.load(tmp_path / f"{n}.pt")["model"] for n in ("killed", "whole"))
-    assert killed.keys() == reference.keys() and len(killed) == 10
+    killed, reference = (_parameters(torch.load(tmp_path / f"{n}.pt")) for n in ("killed", "whole"))
+    assert killed.keys() == reference.keys() and len(killed) == tensors
     for name, tensor in killed.items():
         assert_close(tensor, reference[name], rtol=0, atol=0)
+
+
+def _parameters(state: dict) -> dict:
+    """The parameters in a sharded snapshot made whole: FSDP2's by name, a stage's by layout."""
+    return state["model"] if "model" in state else state["stage"]["params"]

@@ -134,7 +134,10 @@ CASES = [
     ("sharding.saved_bytes not a model", lambda t: sh.saved_bytes(torch.relu, torch.zeros(1)), TypeError, r"model must be a torch\.nn\.Module"),
     ("sharding.hybrid_groups without a group", lambda t: sh.hybrid_groups(2), RuntimeError, r"hybrid_groups needs a process group: call it inside a worker"),
     ("sharding.hybrid_groups more replicas than ranks", lambda t: in_group(lambda: sh.hybrid_groups(2)), ValueError, r"replicas must be at most 1, got 2: the number of replicas \(nodes\)"),
-    ("runtime.save_checkpoint of a ZeRO-3 model", lambda t: in_group(lambda: zero3_then(lambda net: rt.save_checkpoint(net, t / "m.pt"))), RuntimeError, r"Zero3: between steps each rank holds only its shard.*FSDP2 with save_sharded"),
+    ("runtime.save_checkpoint of a ZeRO-3 model", lambda t: in_group(lambda: zero3_then(lambda net: rt.save_checkpoint(net, t / "m.pt"))), RuntimeError, r"Zero3: between steps each rank holds only its shard.*save_sharded\(model, optimizer, path\)"),
+    ("sharding.stage_state not a stage", lambda t: sh.stage_state(torch.optim.SGD(LIN.parameters(), lr=1)), TypeError, r"stage must be of type ShardedOptimizer, got SGD: pass a Zero1, Zero2 or Zero3"),
+    ("sharding.load_stage_state not a stage", lambda t: sh.load_stage_state(None, str(t)), TypeError, r"stage must be of type ShardedOptimizer, got NoneType"),
+    ("checkpoint_worker ZeroRedundancyOptimizer", lambda t: sh.checkpoint_worker(0, 1, str(t), "save", None, None, 1, "ZeroRedundancyOptimizer"), ValueError, r"unknown method 'ZeroRedundancyOptimizer'"),
 ]
 # fmt: on
 

@@ -1,11 +1,11 @@
-"""Sharded checkpoints: FSDP2's model and Adam state saved by N ranks load on M ranks
-(2->1, 1->2, 2->3) with the parameters equal, and the next step equal too (the moments came
-along)."""
+"""Sharded checkpoints: FSDP2's and the hand-written stages' model and Adam state saved by
+N ranks load on M ranks (2->1, 1->2, 2->3, 3->4) with the parameters equal, and the next step
+equal too (the moments and Adam's step count came along)."""
 
 import pytest
 import torch
 
-from companion.runtime import launch
+from companion.runtime import WorkerError, launch
 from companion.sharding.checkpoint import checkpoint_worker, load_sharded
 
 pytestmark = pytest.mark.ch9
@@ -17,11 +17,16 @@ def batch():
     return torch.randn(9, 1, 28, 28, generator=g), torch.randint(0, 10, (9,), generator=g)
 
 
-@pytest.mark.parametrize("saved_on, loaded_on", [(2, 1), (1, 2), (2, 3)])
-def test_saved_on_n_ranks_loads_on_m(tmp_path, batch, saved_on, loaded_on):
+@pytest.mark.parametrize("method", ["FSDP2", "ZeRO-1", "ZeRO-2", "ZeRO-3"])
+@pytest.mark.parametrize("saved_on, loaded_on", [(2, 1), (1, 2), (2, 3), (3, 4)])
+def test_saved_on_n_ranks_loads_on_m(tmp_path, batch, method, saved_on, loaded_on):
     path = str(tmp_path / "ckpt")
-    saved = launch(checkpoint_worker, saved_on, path, "save", *batch, backend="gloo", timeout=240)
-    loaded = launch(checkpoint_worker, loaded_on, path, "load", *batch, backend="gloo", timeout=240)
+    saved = launch(
+        checkpoint_worker, saved_on, path, "save", *batch, 2, method, backend="gloo", timeout=240
+    )
+    loaded = launch(
+        checkpoint_worker, loaded_on, path, "load", *batch, 2, method, backend="gloo", timeout=240
+    )
     for got in loaded:
         torch.testing.assert_close(got["at checkpoint"], saved[0]["at checkpoint"], rtol=0, atol=0)
         torch.testing.assert_close(got["one step later"], saved[0]["one step later"])
@@ -39,6 +44,14 @@ def test_saving_again_replaces_the_checkpoint_whole(tmp_path, batch):
         loaded[0]["at checkpoint"], second[0]["at checkpoint"], rtol=0, atol=0
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_a_stage_refuses_a_checkpoint_of_other_layouts(tmp_path, batch):
+    """ZeRO-3's units are not ZeRO-1's one flat buffer: loading says which to use."""
+    path = str(tmp_path / "ckpt")
+    launch(checkpoint_worker, 2, path, "save", *batch, 1, "ZeRO-3", backend="gloo", timeout=240)
+    with pytest.raises(WorkerError, match="load it with the method, model and units"):
+        launch(checkpoint_worker, 2, path, "load", *batch, 1, "ZeRO-1", backend="gloo", timeout=240)
 
 
 def test_loading_from_a_folder_without_a_checkpoint_says_so(tmp_path):

@@ -1,0 +1,206 @@
+"""The hand-written stages' state for ``torch.distributed.checkpoint``: saved by N ranks, loaded by M.
+
+Used in: chapter 9 (:func:`~.checkpoint.save_sharded` with ZeRO-1, 2 or 3).
+
+DCP can reshard a tensor when it knows how the tensor is split: a DTensor.
+A stage's layout is flat: the trainable parameters of a unit (or bucket)
+laid end to end, padded to a multiple of N, cut into N equal shards. Without
+its padding, rank ``r``'s shard is exactly the ``r``-th piece that
+``torch.chunk`` cuts from the flat vector, which is what DTensor's
+``Shard(0)`` placement means, and the flat vector's length does not depend
+on N. So each layout's parameters, and each per-element optimizer state laid
+out alike (Adam's two moments, SGD's momentum), is saved as one 1-D DTensor,
+and a checkpoint that 2 ranks wrote loads on 1, 3 or 4. What every rank holds
+whole (counters such as Adam's ``step``, the hyperparameters, frozen
+parameters and buffers) is saved once.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+from torch.distributed.tensor import DTensor, Shard
+
+from ..core.checks import check_instance
+from .flat import FlatShards
+from .library import device_mesh
+from .zero1 import ShardedOptimizer
+
+__all__ = ["stage_state", "load_stage_state"]
+
+
+def _valid(layout: FlatShards) -> int:
+    """How many numbers of this rank's shard are parameters, not padding."""
+    return max(0, min(layout.shard_numel, layout.numel - layout.lo))
+
+
+def _dtensor(local: torch.Tensor, layout: FlatShards, mesh) -> DTensor:
+    """This rank's shard, padding dropped, as its piece of the flat vector of ``layout``."""
+    shape = torch.Size([layout.numel])
+    local = local[: _valid(layout)]
+    return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=shape, stride=(1,))
+
+
+def _signature(stage: ShardedOptimizer) -> list[list[str]]:
+    names = {id(p): n for n, p in stage.named}
+    return [[names[id(p)] for p in layout.params] for layout, _ in stage.layouts]
+
+
+def _whole(stage: ShardedOptimizer) -> dict[str, torch.Tensor]:
+    """Frozen parameters and persistent buffers: whole on every rank."""
+    out = {n: p for n, p in stage.net.named_parameters() if not p.requires_grad}
+    for name, m in stage.net.named_modules():
+        for b, t in m.named_buffers(recurse=False):
+            if b not in m._non_persistent_buffers_set:
+                out[f"{name}.{b}" if name else b] = t
+    return out
+
+
+def _optimizer_state(stage: ShardedOptimizer) -> tuple[dict, dict, torch.Tensor, dict]:
+    """``(moments, counters, has, dtypes)``: each per-element state as one flat shard per
+    layout, each scalar one as a value per parameter, which parameters have state, and
+    each counter's dtype; the same keys on every rank."""
+    moments, counters, dtypes = {}, {}, {}
+    has = torch.zeros(len(stage.named), dtype=torch.float64)
+    for j, k, where, piece in stage.pieces:
+        for key, v in stage.inner.state.get(piece, {}).items():
+            if torch.is_tensor(v) and v.dim() == 0:
+                counters.setdefault(key, torch.zeros(len(stage.named), dtype=torch.float64))
+                counters[key][j], dtypes[key] = float(v), str(v.dtype).removeprefix("torch.")
+            elif torch.is_tensor(v) and v.shape == piece.shape:
+                flats = moments.setdefault(key, [torch.zeros_like(s) for _, s in stage.layouts])
+                flats[k][where] = v
+            else:
+                _cannot_save(stage, key)
+            has[j] = 1.0
+    keys = [None] * stage.world_size  # a rank whose shard is all padding has none
+    dist.all_gather_object(keys, (sorted(moments), dtypes))
+    for key in {key for mine, _ in keys for key in mine}:
+        moments.setdefault(key, [torch.zeros_like(s) for _, s in stage.layouts])
+    for _, theirs in keys:
+        dtypes.update(theirs)
+    for key in dtypes:
+        counters.setdefault(key, torch.zeros(len(stage.named), dtype=torch.float64))
+    for t in [has, *counters.values()]:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the same on every rank that has a piece
+    return moments, counters, has, dtypes
+
+
+def _cannot_save(stage: ShardedOptimizer, key: str):
+    raise NotImplementedError(
+        f"{type(stage).__name__}: the optimizer's state {key!r} is neither a number nor shaped "
+        f"like its parameter, so it cannot be laid out flat: save with torch.save per rank"
+    )
+
+
+def _check_stage(stage: ShardedOptimizer) -> None:
+    check_instance(
+        stage,
+        "stage",
+        ShardedOptimizer,
+        "pass a Zero1, Zero2 or Zero3 (save_sharded "
+        "and load_sharded take FSDP2 and whole optimizers too)",
+    )
+
+
+def stage_state(stage: ShardedOptimizer) -> dict:
+    """What DCP saves of a hand-written stage: its parameter shards and optimizer state."""
+    _check_stage(stage)
+    mesh = device_mesh(stage.layouts[0][1].device.type)
+    moments, counters, has, dtypes = _optimizer_state(stage)
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in stage.inner.param_groups]
+    layouts, moment_keys = _signature(stage), sorted(moments)
+    try:
+        meta = json.dumps(
+            {"layouts": layouts, "groups": groups, "moments": moment_keys, "counters": dtypes}
+        )
+    except TypeError as error:
+        raise TypeError(
+            f"{type(stage).__name__}: the optimizer's settings must be numbers, booleans, "
+            f"None or tuples of them to be saved ({error})"
+        ) from None
+    return {
+        "meta": meta,
+        "params": {
+            str(k): _dtensor(s, layout, mesh) for k, (layout, s) in enumerate(stage.layouts)
+        },
+        "optim": {
+            key: {
+                str(k): _dtensor(f, layout, mesh)
+                for k, ((layout, _), f) in enumerate(zip(stage.layouts, flats))
+            }
+            for key, flats in moments.items()
+        },
+        "counters": counters,
+        "has state": has,
+        "whole": {n: t.detach().clone() for n, t in _whole(stage).items()},
+    }
+
+
+def _template(stage: ShardedOptimizer, meta: dict) -> dict:
+    """Tensors shaped as this rank's part of what ``meta`` says was saved, to load into."""
+    mesh = device_mesh(stage.layouts[0][1].device.type)
+    fresh = [torch.zeros_like(s) for _, s in stage.layouts]
+    n = len(stage.named)
+    return {
+        "params": {
+            str(k): _dtensor(s, layout, mesh) for k, (layout, s) in enumerate(stage.layouts)
+        },
+        "optim": {
+            key: {
+                str(k): _dtensor(torch.zeros_like(f), layout, mesh)
+                for k, ((layout, _), f) in enumerate(zip(stage.layouts, fresh))
+            }
+            for key in meta["moments"]
+        },
+        "counters": {key: torch.zeros(n, dtype=torch.float64) for key in meta["counters"]},
+        "has state": torch.zeros(n, dtype=torch.float64),
+        "whole": {name: t.detach().clone() for name, t in _whole(stage).items()},
+    }
+
+
+@torch.no_grad()
+def load_stage_state(stage: ShardedOptimizer, path: str) -> None:
+    """Load what :func:`stage_state` saved into ``path``, whatever the saving world size:
+    each rank reads the pieces of its own shards."""
+    _check_stage(stage)
+    planner = DefaultLoadPlanner(allow_partial_load=True)
+    holder = {"meta": ""}
+    dcp.load({"stage": holder}, checkpoint_id=path, planner=planner)
+    meta = json.loads(holder["meta"])
+    _check_same_layouts(stage, meta["layouts"])
+    state = _template(stage, meta)
+    dcp.load({"stage": state}, checkpoint_id=path, planner=planner)
+    for (layout, shard), saved in zip(stage.layouts, state["params"].values()):
+        shard[: _valid(layout)] = saved.to_local()
+    stage.inner.state.clear()
+    for j, k, where, piece in stage.pieces:
+        if state["has state"][j] > 0:
+            moments = {
+                key: state["optim"][key][str(k)].to_local()[where].clone()
+                for key in meta["moments"]
+            }
+            counters = {
+                key: torch.tensor(state["counters"][key][j].item(), dtype=getattr(torch, dtype))
+                for key, dtype in meta["counters"].items()
+            }
+            stage.inner.state[piece] = {**counters, **moments}
+    for group, saved in zip(stage.inner.param_groups, meta["groups"]):
+        group.update({k: tuple(v) if isinstance(v, list) else v for k, v in saved.items()})
+    for name, t in _whole(stage).items():
+        t.copy_(state["whole"][name])
+    stage._whole_again()
+
+
+def _check_same_layouts(stage: ShardedOptimizer, saved: list[list[str]]) -> None:
+    if saved != _signature(stage):
+        raise ValueError(
+            f"{type(stage).__name__}: the checkpoint's flat layouts ({len(saved)}: "
+            f"{[len(names) for names in saved]} parameters) are not this stage's "
+            f"({[len(names) for names in _signature(stage)]}): load it with the method, model "
+            f"and units (or bucket size) it was saved with; the world size may differ"
+        )
