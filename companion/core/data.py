@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import Dataset
 
 from .lines import say
-from .profiles import Profile, get_profile
+from .profiles import PROFILES, Profile, get_profile
 
 __all__ = [
     "ImageSet",
@@ -203,8 +203,8 @@ def load_data(
     download: bool = True,
     verbose: bool = True,
 ) -> Data:
-    """Load the data set of a profile, or one by name ("fashion-mnist", "mnist-sample",
-    "synthetic").
+    """Load the data set of a profile (a :class:`Profile` or its name: "ci", "cpu", "gpu"),
+    or a data set by name ("fashion-mnist", "mnist-sample", "synthetic").
 
     With no argument the current profile decides (see :func:`get_profile`;
     ``BOOK_DATA`` overrides the profile's data set).
@@ -213,8 +213,8 @@ def load_data(
     falls back silently. ``verbose`` prints which data set is in use.
     """
     profile = which if isinstance(which, Profile) else None
-    if which is None:
-        profile = get_profile()
+    if which is None or (isinstance(which, str) and which in PROFILES):
+        profile = get_profile(which)
     name = profile.dataset if profile is not None else which
     if name == "mnist-sample":
         data = load_mnist_sample()
@@ -230,7 +230,8 @@ def load_data(
             data = load_mnist_sample()
     else:
         raise ValueError(
-            f"unknown data set {name!r}; choose 'fashion-mnist', 'mnist-sample' or 'synthetic'"
+            f"unknown data set {name!r}; choose 'fashion-mnist', 'mnist-sample' or 'synthetic', "
+            f"or a profile ({', '.join(map(repr, PROFILES))})"
         )
     if verbose:  # name and sizes on two lines: each fits the book's code column
         say(f"data: {data.name}")

@@ -146,14 +146,27 @@ def _check_parents(option: str, path: str | None) -> None:
 
 
 def load_data_rank0_first(profile) -> Data:
-    """The profile's data on every rank; rank 0 loads (or downloads) it first, alone."""
-    rank = dist.get_rank()
-    if rank != 0:
-        dist.barrier()
-    data = load_data(profile, verbose=rank == 0)
-    if rank == 0:
-        dist.barrier()
-    return data
+    """The profile's data on every rank; rank 0 loads (or downloads) it first, alone.
+
+    If rank 0 fails, it tells the others what failed before it raises, so that every
+    rank stops at once with the reason (instead of waiting out the group's timeout).
+    """
+    failed: list[str | None] = [None]
+    if dist.get_rank() == 0:
+        try:
+            data = load_data(profile)
+        except Exception as err:
+            failed[0] = f"{type(err).__name__}: {err}"
+            raise
+        finally:
+            dist.broadcast_object_list(failed, src=0)  # None: loaded, the others may read it
+        return data
+    dist.broadcast_object_list(failed, src=0)
+    if failed[0] is not None:
+        raise RuntimeError(
+            f"rank 0 could not load the data ({failed[0]}): fix that and start again"
+        )
+    return load_data(profile, verbose=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from ..core.checks import check_positive
 from ..core.data import Data
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
@@ -125,19 +126,22 @@ def train_slowlinks(
     profile: Profile | str | None = None,
     method: str = "DDP",
     momentum: float = 0.0,
+    inner_lr: float = 1e-3,
     **options: Any,
 ) -> SlowResult:
     """Train with ``method`` through chapter 5's loop; every rank of a group calls it.
 
-    ``options`` are fields of :class:`~companion.ddp.config.DDPConfig`.
+    ``momentum`` and ``inner_lr`` go to :func:`communicate_less`; ``options`` are fields
+    of :class:`~companion.ddp.config.DDPConfig`.
     """
     _parse(method)
+    check_positive(inner_lr, "inner_lr", "AdamW's rate inside DiLoCo, e.g. 1e-3")
     cfg = DDPConfig(get_profile(profile).name, **options).resolve(check_group("train_slowlinks")[1])
     made, ledger = {}, Ledger(dist.get_world_size())
 
     def wrap(net: nn.Module) -> nn.Module:
         model, made["optimizer"] = communicate_less(
-            method, net, cfg.lr, momentum, cfg.find_unused_parameters
+            method, net, cfg.lr, momentum, cfg.find_unused_parameters, inner_lr
         )
         return model
 

@@ -182,8 +182,7 @@ def run_reference(spec: RunSpec) -> list[Record]:
         spec,
         one_device,
         1,
-        method="1 device, global batch",
-        n_devices=spec.n_devices,
+        n_devices=spec.n_devices,  # labelled "reference" by run_method, as every method is
         channels_last=False,
         lr_schedule=True,
     )

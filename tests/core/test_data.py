@@ -94,8 +94,15 @@ def test_cpu_profile_falls_back_to_the_sample_and_says_so(tmp_path, capsys):
     assert "using the offline MNIST sample" in out and d.name.startswith("MNIST offline sample")
 
 
+def test_a_profile_s_name_loads_that_profile_s_data(tmp_path, capsys):
+    """``load_data("cpu")`` is ``load_data(get_profile("cpu"))``, fallback included."""
+    d = load_data("cpu", root=tmp_path, download=False)
+    assert "using the offline MNIST sample" in capsys.readouterr().out
+    assert d.name.startswith("MNIST offline sample") and load_data("ci").name == d.name
+
+
 def test_unknown_dataset():
-    with pytest.raises(ValueError, match="unknown data set 'cifar'"):
+    with pytest.raises(ValueError, match="unknown data set 'cifar'; .* or a profile \\('ci'"):
         load_data("cifar")
 
 

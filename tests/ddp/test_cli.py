@@ -109,3 +109,23 @@ def test_find_unused_parameters_reaches_train_ddp(no_torchrun, monkeypatch, caps
         assert main(["--profile", "ci", *argv]) == 0
         assert seen["find_unused_parameters"] is flag and not dist.is_initialized()
     assert "--find-unused-parameters" in build_parser().format_help()
+
+
+def test_when_rank_0_cannot_load_the_data_every_rank_stops_with_the_reason():
+    """Rank 0 loads first; the others learn of its failure at once, with its reason, instead
+    of waiting at a barrier until the group's timeout (or a broken connection) ends it."""
+    import time
+
+    from companion.runtime import launch
+
+    from .workers import load_rank0_first_worker
+
+    ok = launch(load_rank0_first_worker, 2, "mnist-sample", backend="gloo", timeout=120)
+    assert all(name.startswith("MNIST offline sample") for name in ok)
+    start = time.monotonic()
+    failed = launch(load_rank0_first_worker, 3, "cifar", backend="gloo", timeout=120)
+    assert time.monotonic() - start < 60
+    assert failed[0].startswith("ValueError: unknown data set 'cifar'")
+    for other in failed[1:]:
+        assert other.startswith("RuntimeError: rank 0 could not load the data (ValueError: ")
+        assert other.endswith("fix that and start again")

@@ -62,3 +62,17 @@ def plain_ddp_with_unused(rank: int, world_size: int) -> str:
     except RuntimeError as err:
         return str(err)
     return ""
+
+
+def load_rank0_first_worker(rank: int, world_size: int, dataset: str) -> str:
+    """``load_data_rank0_first`` with the ci profile's data set replaced by ``dataset``;
+    the data's name, or the error this rank raised."""
+    from dataclasses import replace
+
+    from companion.core import get_profile
+    from companion.ddp.cli import load_data_rank0_first
+
+    try:
+        return load_data_rank0_first(replace(get_profile("ci"), dataset=dataset)).name
+    except (ValueError, RuntimeError) as err:
+        return f"{type(err).__name__}: {err}"

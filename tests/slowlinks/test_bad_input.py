@@ -40,6 +40,7 @@ CASES = [
     ("torch_hook fp8", lambda t: sl.torch_hook("fp8"), ValueError, r"unknown hook 'fp8'"),
     ("communicate_less unknown method", lambda t: sl.communicate_less("gossip", LIN, 0.1), ValueError, r"method must be one of DDP, fp16, .* got 'gossip'"),
     ("communicate_less local SGD H0", lambda t: sl.communicate_less("local SGD H0", LIN, 0.1), ValueError, r"period must be an integer >= 1, got 0"),
+    ("train_slowlinks inner_lr 0", lambda t: sl.train_slowlinks(None, "ci", "DiLoCo H8", inner_lr=0), ValueError, r"inner_lr must be a positive, finite number, got 0: AdamW.s rate inside DiLoCo"),
     ("train_slowlinks unknown method", lambda t: sl.train_slowlinks(None, "ci", "PowerSGD"), ValueError, r"method must be one of .*got 'PowerSGD'"),
     ("PowerSGDState start_iter=0", lambda t: sl.PowerSGDState(1, start_iter=0), ValueError, r"start_iter must be an integer >= 1, got 0: DDP regroups its buckets"),
     ("projected_seconds mismatched", lambda t: sl.projected_seconds([1, 2], [], "1 GbE"), ValueError, r"one ledger per epoch record is needed: 2 records, 0 ledgers"),
