@@ -6,9 +6,9 @@ side runs in a new interpreter: every round starts one process with
 ``COMPANION_KEEP_FREED_MEMORY=0`` (glibc's defaults) and one without, the
 order alternating. Each process times the profile's model through
 ``companion.core.training.train_step`` on one batch of the profile's size
-(random 28x28 images, after a warm-up) and counts the page faults of those steps. The ratio is the
-kept side's step time over the defaults' in the same round; no target, it
-explains chapter 1's timings on Linux.
+(random 28x28 images, after a warm-up) and counts the page faults of those
+steps. The ratio is the kept side's step time over the defaults' in the same
+round; no target, it explains chapter 1's timings on Linux.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import time
 import torch
 from torch import nn
 
-from ..core.checks import check_int
 from ..core.models import get_model
 from ..core.noise import Load, judge, paired_ratio, rotated
 from ..core.training import set_seed, train_step
@@ -52,24 +51,26 @@ def steps_here(model: str, batch: int, steps: int, warmup: int = 10) -> dict[str
 
 def in_fresh_process(keep: str, model: str, batch: int, steps: int) -> dict[str, float]:
     """:func:`steps_here` in a new interpreter, ``COMPANION_KEEP_FREED_MEMORY=keep``."""
-    code = f"from {__name__} import steps_here as s; print(s({model!r}, {batch}, {steps}))"
+    code = (
+        f"import json; from {__name__} import steps_here as s; "
+        f"print(json.dumps(s({model!r}, {batch}, {steps})))"
+    )
     env = {**os.environ, "COMPANION_KEEP_FREED_MEMORY": keep}
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
     )
     if done.returncode != 0:
         raise RuntimeError(f"the timed process failed:\n{done.stderr.strip()}")
-    return json.loads(done.stdout.splitlines()[-1].replace("'", '"'))
+    return json.loads(done.stdout.splitlines()[-1])
 
 
 def measure(profile: str | None = None, rounds: int = 5, steps: int = 40) -> dict:
     """Per side, one ``{"ms", "faults"}`` per round, each from a fresh process."""
     settings = run_settings(1, profile, model=None, global_batch=None, rounds=rounds, steps=steps)
-    check_int(steps, "steps")
+    args = (settings["model"], settings["global_batch"], steps)
     seen: dict = {side: [] for side in SIDES}
     for r in range(rounds):
         for side in rotated(list(SIDES), r):
-            args = (settings["model"], settings["global_batch"], steps)
             seen[side].append(in_fresh_process(SIDES[side], *args))
     return {"settings": settings, "rounds": seen}
 

@@ -169,14 +169,15 @@ def _kill_if_asked(step: int) -> None:
 
 
 def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticResult:
-    """Train with DDP (or a sharded method) from the last snapshot (or afresh); every rank calls it.
+    """Train with DDP (or sharded) from the last snapshot (or afresh); every rank calls it.
 
     Chapter 5's loop (:mod:`companion.ddp.loop`) with SGD with momentum, a
     resumable sampler and snapshots taken by its ``on_step`` and
-    ``on_epoch`` hooks. With ``opts.sharded`` (``"FSDP2"``, ``"ZeRO-3"``, ...) the
-    model is sharded as in chapter 9 and every rank writes its shards of each snapshot. ``cfg.max_steps``
-    stops the run after that many global steps as a crash would, with no
-    snapshot at that step (a resume starts from the last one).
+    ``on_epoch`` hooks. With ``opts.sharded`` (``"FSDP2"``, ``"ZeRO-3"``, ...)
+    the model is sharded as in chapter 9 and every rank writes its shards of
+    each snapshot. ``cfg.max_steps`` stops the run after that many global
+    steps as a crash would, with no snapshot at that step (a resume starts
+    from the last one).
     """
     check_data(data)
     join_elastic()

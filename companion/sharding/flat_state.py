@@ -1,4 +1,4 @@
-"""The hand-written stages' state for ``torch.distributed.checkpoint``: saved by N ranks, loaded by M.
+"""The hand-written stages' state for ``torch.distributed.checkpoint``: saved on N, loaded on M.
 
 Used in: chapter 9 (:func:`~.checkpoint.save_sharded` with ZeRO-1, 2 or 3).
 
@@ -45,6 +45,16 @@ def _dtensor(local: torch.Tensor, layout: FlatShards, mesh) -> DTensor:
     return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=shape, stride=(1,))
 
 
+def _zero_flats(stage: ShardedOptimizer) -> list[torch.Tensor]:
+    """One zero shard per layout: where a per-element optimizer state is laid out."""
+    return [torch.zeros_like(shard) for _, shard in stage.layouts]
+
+
+def _per_parameter(stage: ShardedOptimizer) -> torch.Tensor:
+    """One float64 zero per trainable parameter: a counter's value, or a flag."""
+    return torch.zeros(len(stage.named), dtype=torch.float64)
+
+
 def _signature(stage: ShardedOptimizer) -> list[list[str]]:
     names = {id(p): n for n, p in stage.named}
     return [[names[id(p)] for p in layout.params] for layout, _ in stage.layouts]
@@ -64,27 +74,25 @@ def _optimizer_state(stage: ShardedOptimizer) -> tuple[dict, dict, torch.Tensor,
     """``(moments, counters, has, dtypes)``: each per-element state as one flat shard per
     layout, each scalar one as a value per parameter, which parameters have state, and
     each counter's dtype; the same keys on every rank."""
-    moments, counters, dtypes = {}, {}, {}
-    has = torch.zeros(len(stage.named), dtype=torch.float64)
+    moments, counters, dtypes, has = {}, {}, {}, _per_parameter(stage)
     for j, k, where, piece in stage.pieces:
         for key, v in stage.inner.state.get(piece, {}).items():
             if torch.is_tensor(v) and v.dim() == 0:
-                counters.setdefault(key, torch.zeros(len(stage.named), dtype=torch.float64))
-                counters[key][j], dtypes[key] = float(v), str(v.dtype).removeprefix("torch.")
+                counters.setdefault(key, _per_parameter(stage))[j] = float(v)
+                dtypes[key] = str(v.dtype).removeprefix("torch.")
             elif torch.is_tensor(v) and v.shape == piece.shape:
-                flats = moments.setdefault(key, [torch.zeros_like(s) for _, s in stage.layouts])
-                flats[k][where] = v
+                moments.setdefault(key, _zero_flats(stage))[k][where] = v
             else:
                 _cannot_save(stage, key)
             has[j] = 1.0
     keys = [None] * stage.world_size  # a rank whose shard is all padding has none
     dist.all_gather_object(keys, (sorted(moments), dtypes))
     for key in {key for mine, _ in keys for key in mine}:
-        moments.setdefault(key, [torch.zeros_like(s) for _, s in stage.layouts])
+        moments.setdefault(key, _zero_flats(stage))
     for _, theirs in keys:
         dtypes.update(theirs)
     for key in dtypes:
-        counters.setdefault(key, torch.zeros(len(stage.named), dtype=torch.float64))
+        counters.setdefault(key, _per_parameter(stage))
     for t in [has, *counters.values()]:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the same on every rank that has a piece
     return moments, counters, has, dtypes
@@ -110,7 +118,6 @@ def _check_stage(stage: ShardedOptimizer) -> None:
 def stage_state(stage: ShardedOptimizer) -> dict:
     """What DCP saves of a hand-written stage: its parameter shards and optimizer state."""
     _check_stage(stage)
-    mesh = device_mesh(stage.layouts[0][1].device.type)
     moments, counters, has, dtypes = _optimizer_state(stage)
     groups = [{k: v for k, v in g.items() if k != "params"} for g in stage.inner.param_groups]
     layouts, moment_keys = _signature(stage), sorted(moments)
@@ -123,44 +130,34 @@ def stage_state(stage: ShardedOptimizer) -> dict:
             f"{type(stage).__name__}: the optimizer's settings must be numbers, booleans, "
             f"None or tuples of them to be saved ({error})"
         ) from None
+    return {"meta": meta, **_as_saved(stage, moments, counters, has)}
+
+
+def _as_saved(stage: ShardedOptimizer, moments: dict, counters: dict, has: torch.Tensor) -> dict:
+    """The tensors DCP writes (or, filled with zeros, reads into): the parameter shards and
+    each moment's flat shards as DTensors, the counters, the flags, the whole tensors."""
+    mesh = device_mesh(stage.layouts[0][1].device.type)
+
+    def dtensors(flats: list[torch.Tensor]) -> dict[str, DTensor]:
+        return {
+            str(k): _dtensor(f, layout, mesh)
+            for k, ((layout, _), f) in enumerate(zip(stage.layouts, flats))
+        }
+
     return {
-        "meta": meta,
-        "params": {
-            str(k): _dtensor(s, layout, mesh) for k, (layout, s) in enumerate(stage.layouts)
-        },
-        "optim": {
-            key: {
-                str(k): _dtensor(f, layout, mesh)
-                for k, ((layout, _), f) in enumerate(zip(stage.layouts, flats))
-            }
-            for key, flats in moments.items()
-        },
+        "params": dtensors([shard for _, shard in stage.layouts]),
+        "optim": {key: dtensors(flats) for key, flats in moments.items()},
         "counters": counters,
         "has state": has,
-        "whole": {n: t.detach().clone() for n, t in _whole(stage).items()},
+        "whole": {name: t.detach().clone() for name, t in _whole(stage).items()},
     }
 
 
 def _template(stage: ShardedOptimizer, meta: dict) -> dict:
     """Tensors shaped as this rank's part of what ``meta`` says was saved, to load into."""
-    mesh = device_mesh(stage.layouts[0][1].device.type)
-    fresh = [torch.zeros_like(s) for _, s in stage.layouts]
-    n = len(stage.named)
-    return {
-        "params": {
-            str(k): _dtensor(s, layout, mesh) for k, (layout, s) in enumerate(stage.layouts)
-        },
-        "optim": {
-            key: {
-                str(k): _dtensor(torch.zeros_like(f), layout, mesh)
-                for k, ((layout, _), f) in enumerate(zip(stage.layouts, fresh))
-            }
-            for key in meta["moments"]
-        },
-        "counters": {key: torch.zeros(n, dtype=torch.float64) for key in meta["counters"]},
-        "has state": torch.zeros(n, dtype=torch.float64),
-        "whole": {name: t.detach().clone() for name, t in _whole(stage).items()},
-    }
+    moments = {key: _zero_flats(stage) for key in meta["moments"]}
+    counters = {key: _per_parameter(stage) for key in meta["counters"]}
+    return _as_saved(stage, moments, counters, _per_parameter(stage))
 
 
 @torch.no_grad()
