@@ -95,9 +95,10 @@ def failures(output: str) -> dict:
     """
     head, found, tail = output.rpartition("Root Cause (first observed failure):")
     if not found:
+        last = "\n".join(output.strip().splitlines()[-12:]) or "(empty)"
         raise ValueError(
             "no 'Root Cause (first observed failure)' in this output: pass the "
-            "stderr of a torchrun run that failed"
+            f"stderr of a torchrun run that failed; it ends:\n{last}"
         )
     listed = head.rpartition("Failures:")[2] + "\n" + "-" * 10
     others = [_parse_block(b) for b in _BLOCK.findall(listed)]
