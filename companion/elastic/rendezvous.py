@@ -14,14 +14,18 @@ so every attempt has keys of its own; otherwise it is
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from ..core.checks import check_choice
-from ..runtime.group import backend_for, init_from_env, join_group
+from ..core.devices import gpu_count
+from ..runtime.group import init_from_env, join_group
 
 __all__ = ["attempt", "join_elastic"]
 
@@ -65,8 +69,34 @@ def _join_attempt(backend: str, timeout: float) -> bool:
         multi_tenant=not agent_store,
     )
     store = dist.PrefixStore(f"/companion.elastic/attempt_{attempt()}", store)
-    if backend == "auto":
-        backend = backend_for(local_world)
+    backend = _backend_for_machines(store, backend, rank, world, local_world)
     local_rank = int(os.environ["LOCAL_RANK"])
     join_group(backend, local_rank, local_world, timeout, store=store, rank=rank, world_size=world)
     return True
+
+
+def _machine() -> str:
+    """This computer: its name and the running kernel's boot id (processes, containers too,
+    that share a kernel share its GPUs)."""
+    boot = Path("/proc/sys/kernel/random/boot_id")
+    return f"{socket.gethostname()} {boot.read_text().strip() if boot.exists() else ''}"
+
+
+def _backend_for_machines(store, backend: str, rank: int, world: int, local_world: int) -> str:
+    """``backend``, with ``"auto"`` decided alike on every rank: nccl where each machine's
+    GPUs serve one agent's processes, one GPU each. torchrun's ``LOCAL_WORLD_SIZE`` counts
+    one agent's processes, and several agents may share a machine (chapter 8's two "nodes"
+    on one computer): each would take GPU 0, which nccl refuses."""
+    gpus = gpu_count() if dist.is_nccl_available() else 0
+    store.set(f"machine/{rank}", json.dumps([_machine(), local_world, gpus]))
+    ranks = [json.loads(store.get(f"machine/{r}")) for r in range(world)]  # waits for each
+    shared = any(sum(m == machine for m, _, _ in ranks) > n for machine, n, _ in ranks)
+    if backend == "nccl" and shared:
+        raise ValueError(
+            "backend nccl: several torchrun agents share a machine, and each would give its "
+            "first process GPU 0; use --backend gloo, or one agent per machine"
+        )
+    if backend != "auto":
+        return backend
+    fits = all(gpus >= n for _, n, gpus in ranks)
+    return "nccl" if fits and not shared else "gloo"

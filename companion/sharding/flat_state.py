@@ -51,8 +51,9 @@ def _zero_flats(stage: ShardedOptimizer) -> list[torch.Tensor]:
 
 
 def _per_parameter(stage: ShardedOptimizer) -> torch.Tensor:
-    """One float64 zero per trainable parameter: a counter's value, or a flag."""
-    return torch.zeros(len(stage.named), dtype=torch.float64)
+    """One float64 zero per trainable parameter, where the shards are (nccl reduces only
+    GPU tensors): a counter's value, or a flag."""
+    return torch.zeros(len(stage.named), dtype=torch.float64, device=stage.layouts[0][1].device)
 
 
 def _signature(stage: ShardedOptimizer) -> list[list[str]]:

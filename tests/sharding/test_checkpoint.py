@@ -59,3 +59,19 @@ def test_loading_from_a_folder_without_a_checkpoint_says_so(tmp_path):
         load_sharded(
             torch.nn.Linear(2, 2), torch.optim.SGD(torch.nn.Linear(2, 2).parameters()), tmp_path
         )
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", ["FSDP2", "ZeRO-1", "ZeRO-2", "ZeRO-3"])
+def test_saved_on_a_gpu_loads_on_the_gpu_and_on_cpu_ranks(tmp_path, batch, method):
+    """nccl reduces only GPU tensors: the counters and flags a stage gathers before saving
+    live where its shards do. A GPU's checkpoint loads on the GPU and on 2 CPU ranks."""
+    path = str(tmp_path / "ckpt")
+    [saved] = launch(checkpoint_worker, 1, path, "save", *batch, 2, method, timeout=240)
+    [again] = launch(checkpoint_worker, 1, path, "load", *batch, 2, method, timeout=240)
+    on_cpu = launch(
+        checkpoint_worker, 2, path, "load", *batch, 2, method, backend="gloo", timeout=240
+    )
+    for got in [again, *on_cpu]:
+        torch.testing.assert_close(got["at checkpoint"], saved["at checkpoint"], rtol=0, atol=0)
+    torch.testing.assert_close(again["one step later"], saved["one step later"])
