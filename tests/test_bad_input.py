@@ -913,6 +913,8 @@ NO_ROW = {  # 'package.name': why it needs no bad-input row
     "sharding.count_bytes": "takes no argument: a context manager that counts the collectives' bytes inside it",
     "sharding.waited": "takes the events that record_zero3_step returns, never a user's values",
     "study.find_breakeven": "takes the Parts that measure() returns, never a user's values",
+    "study.breakeven_text": "words for the values find_breakeven() returns, never a user's",
+    "core.number_of": "words for a count the package computed (a rank count, calls per step)",
     "study.plot_breakeven": "draws the Parts that measure() returns and the dict find_breakeven() makes of them",
     "study.plot_lr_scaling": "draws the Points that aggregate() returns (an empty list draws empty axes)",
     "study.plot_speedup": "draws the Points that aggregate() returns (an empty list draws empty axes)",

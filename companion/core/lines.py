@@ -10,6 +10,7 @@ stdout pipe then interleave: ``step 30 loss 2.0004rank 1: killed ...``.
 ``write``; the operating system keeps a pipe write of up to 4096 bytes whole.
 :func:`progress_bar` draws a bar on a terminal only, never in a notebook.
 :func:`shell_lines` breaks a long command into lines a shell reads as one.
+:func:`number_of` writes a count with its noun: "1 process", "2 processes".
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import IO
 
-__all__ = ["say", "progress_bar", "shell_lines"]
+__all__ = ["say", "progress_bar", "shell_lines", "number_of"]
 
 
 def say(*parts: object, sep: str = " ", file: IO[str] | None = None) -> None:
@@ -63,3 +64,12 @@ def shell_lines(command: str, width: int = 88) -> str:
         command, width - 2, subsequent_indent="    ", break_long_words=False, break_on_hyphens=False
     )
     return " \\\n".join(lines)
+
+
+def number_of(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: ``"1 process"``, ``"2 processes"``."""
+    if n == 1:
+        return f"1 {noun}"
+    if plural is None:
+        plural = noun + ("es" if noun.endswith(("s", "sh", "ch", "x")) else "s")
+    return f"{n:g} {plural}"

@@ -153,7 +153,7 @@ def summarize(records: Sequence[Record]) -> str:
         shares += [mean(measured)] if busy else []
         lines.append(
             f"{method:<{width}} {n:>7} {len(run):>6} {acc:>8.3f} "
-            f"{f'({low:.3f}-{high:.3f})':>13} "
+            f"{f'({low:.3f}-{high:.3f})' if k > 1 else '(one epoch)':>13} "
             f"{mean(r.sec_per_epoch for r in run):>8.3f} {_throughput(run):>10,.0f}"
             + (" *" if busy else "")
         )

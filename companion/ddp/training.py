@@ -33,7 +33,7 @@ from torch.utils.data.distributed import DistributedSampler
 from ..core.batches import rank_batch_size
 from ..core.checks import check_data, check_not_empty
 from ..core.data import Data
-from ..core.lines import say
+from ..core.lines import number_of, say
 from ..core.models import get_model
 from ..core.precision import MathMode, check_exact
 from ..core.profiles import Profile, get_profile
@@ -121,7 +121,7 @@ def _first_batch(data: Data, cfg: DDPConfig):
 def _announce(cfg: DDPConfig, world_size: int) -> None:
     if cfg.verbose and dist.get_rank() == 0:
         say(
-            f"DDP: {world_size} process{'es' if world_size > 1 else ''} "
+            f"DDP: {number_of(world_size, 'process')} "
             f"({dist.get_backend()}), model {cfg.model}, "
             f"global batch {world_size} x {cfg.per_rank_batch}, lr {cfg.lr:g}"
         )

@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from ..core.checks import check_choice, check_data, check_int
 from ..core.data import Data
-from ..core.lines import say
+from ..core.lines import number_of, say
 from ..core.lr import warmup_lr
 from ..core.profiles import get_profile
 from ..core.results import Record
@@ -250,7 +250,7 @@ class StepLog:
         self.writer = _open_writer(opts.log_dir, rank, step)
         where = f"epoch {sampler.epoch + 1}, position {sampler.start}"
         self.say(
-            f"attempt {attempt()}: {dist.get_world_size()} processes, "
+            f"attempt {attempt()}: {number_of(dist.get_world_size(), 'process')}, "
             + (f"resumed from step {step} ({where})" if step else "no snapshot, starting afresh")
         )
 

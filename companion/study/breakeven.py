@@ -33,6 +33,7 @@ from ..runtime.launcher import launch
 
 __all__ = [
     "Parts",
+    "breakeven_text",
     "crossing",
     "find_breakeven",
     "fit_compute",
@@ -154,7 +155,9 @@ def measure(world_size: int, model: str, batches: Sequence[int], **kwargs) -> Pa
     return launch(time_parts, world_size, model, list(batches), timeout=600, **kwargs)[0]
 
 
-def _breakeven_text(value: float | None, batches: Sequence[int]) -> str:
+def breakeven_text(value: float | None, batches: Sequence[int]) -> str:
+    """A break-even batch as words: ``"b = 12"``, or where it lies outside the ``batches``
+    measured (``"below 1"``, ``"beyond 256"``)."""
     if value is None:
         return f"beyond {max(batches)}"
     return f"below {min(batches)}" if value < min(batches) else f"b = {value:.0f}"
@@ -188,7 +191,7 @@ def plot_breakeven(parts: Parts, found: dict, title: str = ""):
             color="gray",
             linestyle=style,
             alpha=0.6,
-            label=f"{key[:-2]} break-even: {_breakeven_text(found[key], b)}",
+            label=f"{key[:-2]} break-even: {breakeven_text(found[key], b)}",
         )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")

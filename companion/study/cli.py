@@ -23,7 +23,7 @@ from ..core.data import load_data
 from ..core.files import atomic_write
 from ..core.lr import LR_RULES
 from ..core.profiles import get_profile
-from .analysis import aggregate, table
+from .analysis import FLAGS, QUIET, aggregate, table
 from .driver import SCALING, load_study, plan, run_study, save_study, subset
 from .methods import METHODS
 from .plots import plot_speedup, plot_study
@@ -75,7 +75,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "count with every seed, from fresh models. Writes study.csv, study.json, table.txt, "
         "study.png and speedup.png into --out.",
         epilog="example: python -m companion.study --methods ddp,split --devices 1,2,4 "
-        "--seeds 0,1,2",
+        "--seeds 0,1,2. Flags in table.txt mark a speed-up that cannot be read as one: "
+        + "; ".join(f"'{flag}': {why}" for flag, why in FLAGS.items())
+        + f"; {QUIET}.",
         formatter_class=DefaultsHelp,
     )
     add = p.add_argument

@@ -90,3 +90,13 @@ def test_shell_lines_keeps_every_word_and_each_line_within_the_width(width):
     assert all(line.endswith(" \\") for line in lines[:-1])
     assert shlex.split(wrapped.replace(" \\\n", " ")) == shlex.split(command)
     assert shell_lines("echo hi", width) == "echo hi"
+
+
+def test_number_of_writes_the_noun_in_the_singular_for_one_only():
+    from companion.core import number_of
+
+    assert number_of(1, "process") == "1 process"  # issue 36: "1 processes"
+    assert number_of(2, "process") == "2 processes"
+    assert number_of(0, "all-reduce") == "0 all-reduces"
+    assert number_of(1.0, "all-reduce") == "1 all-reduce"
+    assert number_of(3, "child", "children") == "3 children"

@@ -39,9 +39,7 @@ def test_when_a_node_leaves_an_elastic_job_resumes_with_fewer_processes(tmp_path
     survivor, gone = run_agents(commands, timeout=TIMEOUT, kill={1: "node:30"})
     survivor.check()
     assert gone.returncode == -9 and "killing its agent and itself after step 30" in gone.stdout
-    assert (
-        "attempt 1: 1 processes, resumed from step 20 (epoch 1, position 1280)" in survivor.stdout
-    )
+    assert "attempt 1: 1 process, resumed from step 20 (epoch 1, position 1280)" in survivor.stdout
     assert_no_process_left(str(path))
     # the same global batches, re-sharded over one process: the same math, summed in another order,
     # so the parameters differ by rounding, which 100 steps of training amplify a little

@@ -80,3 +80,12 @@ def test_the_breakeven_plot_draws_both_lines_and_says_where_they_are(measured, p
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
     assert f"measured break-even: {lines[1]}" in legend
     assert f"predicted break-even: {lines[2]}" in legend
+
+
+def test_a_breakeven_outside_the_batches_measured_says_where_it_lies():
+    """Issue 36: chapter 7 printed a break-even of 0 where its plot said "below 1"."""
+    from companion.study import breakeven_text
+
+    assert breakeven_text(0.3, [1, 2, 4]) == "below 1"
+    assert breakeven_text(None, [1, 2, 4]) == "beyond 4"
+    assert breakeven_text(2.6, [1, 2, 4]) == "b = 3"

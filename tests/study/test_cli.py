@@ -40,3 +40,15 @@ def test_cli_writes_table_plots_and_reloads(tmp_path, capsys):
 def test_cli_rejects_unknown_methods():
     with pytest.raises(SystemExit):
         parse_args(["--methods", "nope"])
+
+
+def test_help_says_what_each_flag_of_the_table_means(capsys):
+    """Issue 36: "noise" was explained nowhere a user looks."""
+    from companion.study.analysis import FLAGS
+
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    text = "".join(capsys.readouterr().out.split())  # argparse wraps lines, at hyphens too
+    for flag, why in FLAGS.items():
+        assert "".join(f"'{flag}': {why}".split()) in text
+    assert "quietmachine" in text and "``" not in text
