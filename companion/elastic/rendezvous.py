@@ -98,5 +98,5 @@ def _backend_for_machines(store, backend: str, rank: int, world: int, local_worl
         )
     if backend != "auto":
         return backend
-    fits = all(gpus >= n for _, n, gpus in ranks)
+    fits = all(have >= n for _, n, have in ranks)  # a GPU for every process of each agent
     return "nccl" if fits and not shared else "gloo"
