@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 NOTEBOOKS := $(wildcard book/*.ipynb)
 
-.PHONY: book test lint notebooks profile-check colab-wheel colab-test colab-check gpu-check gpu-check-quick gpu-here gpu-check-tests gpu-check-notebooks gpu-check-fp16 clean
+.PHONY: book test lint notebooks profile-check colab-wheel colab-test colab-check rehearsal-check gpu-check gpu-check-quick gpu-here gpu-check-tests gpu-check-notebooks gpu-check-fp16 clean
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -134,6 +134,15 @@ colab-test: colab-wheel
 
 colab-check: colab-wheel
 	BOOK_PROFILE=cpu $(COLAB)/python .ci/execute_notebooks.py --same-checks _build/cpu-check $(NOTEBOOKS)
+
+# The commonest reader, Colab with one GPU (a T4), rehearsed without a GPU on Colab's
+# runtime: the rehearsal profile takes the gpu profile's one-GPU device counts (1 and a
+# virtual 2) and its process plan (every process run on the CPU under gloo, with LeNet),
+# and fp16 with a loss scaler as on a T4, at the ci profile's sizes (2 epochs: fp16
+# autocast on a CPU is slower than fp32). What needs CUDA itself (nccl, CUDA streams,
+# cells that need 2 GPUs) is left to make gpu-check-fp16 on a real GPU.
+rehearsal-check: colab-wheel
+	BOOK_PROFILE=rehearsal $(COLAB)/python .ci/execute_notebooks.py --same-checks _build/rehearsal-check $(NOTEBOOKS)
 
 clean:
 	rm -rf _build build

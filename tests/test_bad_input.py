@@ -225,7 +225,11 @@ CASES = [
     ("gpu_indices not a device", lambda t: core.gpu_indices(["x"]), ValueError, r"'x' is not a device: give 'cpu', 'cuda:0'"),
     ("core.check_torch 2.10", lambda t: core.check_torch("2.10.1+cu128"), ImportError, r"companion needs torch>=2\.11, but torch 2\.10\.1\+cu128 is installed: upgrade it with pip install"),
     ("core.check_torch not a version", lambda t: core.check_torch("nightly"), ValueError, r"not a torch version: 'nightly'"),
-    ("core.get_profile empty name", lambda t: core.get_profile(""), ValueError, r"profile name '' is empty: pass one of ci, cpu, gpu, or None"),
+    ("core.get_profile empty name", lambda t: core.get_profile(""), ValueError, r"profile name '' is empty: pass one of ci, cpu, gpu, rehearsal, or None"),
+    ("core.get_profile gpus=-1", lambda t: core.get_profile("gpu", gpus=-1), ValueError, r"gpus must be a count of GPUs \(an integer >= 0\), got -1: e.g. 1"),
+    ("core.gpu_device_counts gpus=1.5", lambda t: core.gpu_device_counts(1.5), ValueError, r"gpus must be a count of GPUs \(an integer >= 0\), got 1.5"),
+    ("core.is_virtual n=0", lambda t: core.is_virtual(0, "cpu"), ValueError, r"need a device count >= 1, got 0"),
+    ("core.is_virtual not a device", lambda t: core.is_virtual(2, "gpu0"), ValueError, r"'gpu0' is not a device: give 'cpu', 'cuda:0'"),
     ("core.linear_lr world_size=0", lambda t: core.linear_lr(0.1, 0), ValueError, r"world_size must be an integer >= 1, got 0"),
     ("core.lr_schedule unknown rule", lambda t: core.lr_schedule(0.1, 2, "cubic", 3), ValueError, r"unknown rule 'cubic'; choose one of \['none', 'linear', 'warmup'\]"),
     ("core.scaled_lr unknown rule", lambda t: core.scaled_lr(0.1, 2, "cubic"), ValueError, r"unknown rule 'cubic'; choose one of"),
@@ -804,6 +808,7 @@ WORKER = "a worker that companion.runtime.launch starts with the package's own a
 TRACE = "draws or reads the traces that the package's record_* functions and traced all-reduces return, never a user's values"
 TAKES_OWN = "takes only objects the package builds for it (a Rank from setup_rank, a rebuilt DDP), not a user's values"
 NO_ROW = {  # 'package.name': why it needs no bad-input row
+    "core.ProcessPlan": "a named tuple of values that Profile.processes builds; nothing to refuse",
     "sharding.is_sharded_checkpoint": "a yes-or-no question about any path: nothing to refuse",
     "core.keep_freed_memory": "takes no arguments; tests/core/test_allocator.py measures it",
     "core.reduce_scatter_single": "passes its arguments to torch.distributed's own collective, which checks them",

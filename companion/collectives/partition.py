@@ -184,8 +184,8 @@ def train_worker(
     """
     _check_worker(data, model, global_batch, epochs, lr, allreduce, max_steps, channels_last)
     profile = get_profile(profile)
-    precision = check_fp32(precision or profile.precision, "train_worker")
-    model, lr, device = model or profile.model, lr or profile.lr, rank_device()
+    precision = check_fp32(precision or "fp32", "train_worker")  # whatever the profile says
+    model, lr, device = model or profile.processes.model, lr or profile.lr, rank_device()
     shard = DataPartitioner.even(data.train, world_size, seed).use(rank)
     batch = rank_batch_size(global_batch or profile.batch_size, world_size)
     check_batch_fits(batch, len(shard), world_size, "global_batch / world_size")
@@ -200,7 +200,7 @@ def train_worker(
         net=net,
         optimizer=torch.optim.SGD(net.parameters(), lr=lr),
         evaluate=partial(_rank0_accuracy, test=data.test),
-        epochs=epochs or profile.epochs,
+        epochs=epochs or profile.processes.epochs,
         labels=dict(profile=profile.name, model=model, dataset=data.name, precision=precision),
         step=partial(averaged_step, allreduce=allreduce, seconds=seconds),
         max_steps=max_steps,

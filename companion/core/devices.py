@@ -27,6 +27,7 @@ __all__ = [
     "model_device",
     "gpu_indices",
     "describe_devices",
+    "is_virtual",
     "synchronize",
     "synchronize_all",
     "cpu_cores",
@@ -152,6 +153,14 @@ def describe_devices(devices: list[torch.device]) -> str:
         f"GPU{'s' if len(distinct) > 1 else ''} ({where}): "
         f"results match {n} real devices; timings do not"
     )
+
+
+def is_virtual(n: int, device: Device) -> bool:
+    """Whether ``n`` devices (or processes) computing on ``device``'s kind are virtual:
+    more than one on the CPU, or more than the GPUs here (the same GPU named again)."""
+    if type(n) is not int or n < 1:
+        raise ValueError(f"need a device count >= 1, got {n!r}")
+    return n > (1 if _as_device(device).type == "cpu" else max(1, gpu_count()))
 
 
 def cpu_cores() -> int:

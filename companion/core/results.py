@@ -46,10 +46,18 @@ class Record:
     dataset: str = ""
     precision: str = "fp32"  # and memory layout, e.g. "bf16, channels_last"
     cpu_share: float | None = None  # one process on a CPU (see Timer); below CPU_SHARE_QUIET: busy
+    virtual: bool = False  # n_devices named on fewer (core.devices.is_virtual): no speed-up
 
 
 def record_maker(
-    method: str, n_devices: int, *, profile: str, model: str, dataset: str, precision: str
+    method: str,
+    n_devices: int,
+    *,
+    profile: str,
+    model: str,
+    dataset: str,
+    precision: str,
+    virtual: bool = False,
 ) -> Callable[..., Record]:
     """``record(epoch, test_acc, seconds=..., samples=..., loss=..., cpu_share=...)``: one
     epoch's :class:`Record` of a run labelled once, here (``samples``: those trained on)."""
@@ -77,6 +85,7 @@ def record_maker(
             dataset=dataset,
             precision=precision,
             cpu_share=cpu_share,
+            virtual=virtual,
         )
 
     return record
@@ -130,11 +139,18 @@ def final_accuracy(runs: Sequence[Record]) -> tuple[float, float, float, int]:
     return mean(accs), min(accs), max(accs), len(accs)
 
 
+_VIRTUAL_NOTE = "v: virtual devices (the CPU, or a GPU named again): same results, no speed-up"
+
+
+def _virtual_counts(records: Sequence[Record]) -> set[int]:
+    return {r.n_devices for r in records if r.virtual}
+
+
 def summarize(records: Sequence[Record]) -> str:
     """A table per method and device count: final accuracy, mean s/epoch, samples/s.
 
     The accuracy is :func:`final_accuracy`: the mean over the last half of
-    the epochs, with the lowest and highest of them.
+    the epochs, with the lowest and highest of them. A ``v`` marks virtual devices.
     """
     if not records:
         raise ValueError("summarize needs at least one record; train something first")
@@ -151,14 +167,17 @@ def summarize(records: Sequence[Record]) -> str:
         measured = [r.cpu_share for r in run if r.cpu_share is not None]
         busy = bool(measured) and mean(measured) < CPU_SHARE_QUIET
         shares += [mean(measured)] if busy else []
+        devices = f"{n}{'v' if any(r.virtual for r in run) else ''}"
         lines.append(
-            f"{method:<{width}} {n:>7} {len(run):>6} {acc:>8.3f} "
+            f"{method:<{width}} {devices:>7} {len(run):>6} {acc:>8.3f} "
             f"{f'({low:.3f}-{high:.3f})' if k > 1 else '(one epoch)':>13} "
             f"{mean(r.sec_per_epoch for r in run):>8.3f} {_throughput(run):>10,.0f}"
             + (" *" if busy else "")
         )
     last = " or ".join(map(str, sorted(ks)))
     lines.append(f"test acc: mean of the last {last} epoch(s), and their range")
+    if any(r.virtual for r in records):
+        lines.append(_VIRTUAL_NOTE)
     if shares:
         lines.append(
             f"* busy: its threads got a core for only {min(shares):.0%} of the time they were "
@@ -187,7 +206,7 @@ def plot_scaling(
     blown up into a steep-looking plot, and stays within [0, 1.01].
     ``device_counts`` fixes the x axis (e.g. ``(1, 2, 4)`` before any
     multi-device result exists). The title names the hardware and profile of
-    the records. Returns the figure.
+    the records; the ticks of virtual device counts say "virtual". Returns the figure.
     """
     import matplotlib.pyplot as plt
 
@@ -221,11 +240,12 @@ def plot_scaling(
             ],
             **style,
         )
+    virtual = _virtual_counts(records)
     for ax, ylabel in (
         (ax_acc, "test accuracy\n(mean of the last epochs)"),
         (ax_time, "seconds per epoch"),
     ):
-        ax.set_xticks(counts)
+        ax.set_xticks(counts, [f"{n}\n(virtual)" if n in virtual else str(n) for n in counts])
         ax.set_xlim(min(counts) - 0.5, max(counts) + 0.5)
         ax.set_xlabel("number of devices")
         ax.set_ylabel(ylabel)

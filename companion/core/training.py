@@ -16,7 +16,7 @@ from torch import nn
 
 from .checks import check_batch, check_instance, check_int, check_lr, check_module, check_training
 from .clip import clip_before_step
-from .devices import gpu_indices, model_device, synchronize
+from .devices import gpu_indices, is_virtual, model_device, synchronize
 from .lines import progress_bar
 from .lr import set_lr
 from .precision import MathMode, amp_train_step
@@ -237,7 +237,8 @@ def train(
         X, y = next(iter(train_iter))
         warm_up(net, X.to(device), y.to(device), lr, warmup_steps)
     labels = dict(profile=profile.name, model=model_name, dataset=dataset, precision=str(mode))
-    record, done = record_maker(method, n_devices, **labels), itertools.count(1)
+    record = record_maker(method, n_devices, virtual=is_virtual(n_devices, device), **labels)
+    done = itertools.count(1)
     with progress_bar(
         epochs * len(train_iter), f"{method}, {n_devices} device(s)", progress
     ) as bar:

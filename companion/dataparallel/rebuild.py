@@ -177,12 +177,15 @@ class ReplicaError(RuntimeError):
         super().__init__(f"replica {i} on device {device} raised {type(err).__name__}: {err}")
 
 
-def _on_device(device: torch.device, stream) -> contextlib.AbstractContextManager:
-    if device.type != "cuda":
-        return contextlib.nullcontext()
+def _as_caller(device: torch.device, stream, grad: bool, cast: tuple) -> contextlib.ExitStack:
+    """What a replica's thread takes over from the caller: grad mode and autocast (both
+    per thread) and, on a GPU, the current device and stream."""
     stack = contextlib.ExitStack()
-    stack.enter_context(torch.cuda.device(device))
-    stack.enter_context(torch.cuda.stream(stream))
+    stack.enter_context(torch.set_grad_enabled(grad))
+    stack.enter_context(torch.autocast(device.type, dtype=cast[1], enabled=cast[0]))
+    if device.type == "cuda":
+        stack.enter_context(torch.cuda.device(device))
+        stack.enter_context(torch.cuda.stream(stream))
     return stack
 
 
@@ -191,24 +194,21 @@ def parallel_apply(
 ) -> list[Any]:
     """``replicas[i](*inputs[i])`` for each ``i``, one thread each; outputs in order.
 
-    Each thread starts with the caller's grad mode (grad mode is per thread) and,
-    on a GPU, makes its device current and uses the caller's current stream
-    there. An exception in a thread is re-raised here as :class:`ReplicaError`,
-    naming the replica and its device, with the original chained to it.
+    Each thread runs as the caller does (:func:`_as_caller`). An exception in a
+    thread is re-raised here as :class:`ReplicaError`, naming the replica and its
+    device, with the original chained to it.
     """
     devices = as_devices(devices)
     _check_one_each(replicas, inputs, devices)
-    grad_enabled = torch.is_grad_enabled()
+    grad = torch.is_grad_enabled()
+    casts = [(torch.is_autocast_enabled(d.type), torch.get_autocast_dtype(d.type)) for d in devices]
     streams = [torch.cuda.current_stream(d) if d.type == "cuda" else None for d in devices]
     outputs: list[Any] = [None] * len(replicas)
     errors: list[BaseException | None] = [None] * len(replicas)
 
     def work(i: int) -> None:
         try:
-            with (
-                torch.set_grad_enabled(grad_enabled),
-                _on_device(devices[i], streams[i]),
-            ):
+            with _as_caller(devices[i], streams[i], grad, casts[i]):
                 outputs[i] = replicas[i](*inputs[i])
         except Exception as err:  # re-raised below, in the caller's thread
             errors[i] = err

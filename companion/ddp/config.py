@@ -52,12 +52,12 @@ class DDPConfig:
         return replace(
             self,
             profile=profile.name,
-            model=self.model or profile.model,
+            model=self.model or profile.processes.model,
             per_rank_batch=batch,
             global_batch=batch * world_size,
-            epochs=self.epochs or profile.epochs,
+            epochs=self.epochs or profile.processes.epochs,
             lr=linear_lr(lr, world_size) if self.scale_lr else lr,
-            precision=self.precision or profile.precision,
+            precision=self.precision or profile.processes.precision,
             channels_last=(
                 profile.channels_last if self.channels_last is None else self.channels_last
             ),

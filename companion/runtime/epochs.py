@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..core.devices import hardware_label
+from ..core.devices import hardware_label, is_virtual
 from ..core.results import Record
 from ..core.training import Timer, train_epoch, train_step
 from .checkpoint import unwrap
@@ -77,6 +77,7 @@ def epoch_record(
         train_loss=loss_sum / max(n, 1),
         hardware=hardware_label(),
         cpu_share=timer.cpu_share if alone else None,
+        virtual=is_virtual(dist.get_world_size(), run.device),
         **run.labels,
     )
 

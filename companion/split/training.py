@@ -44,13 +44,13 @@ def train(
     Each epoch is timed whole with every device synchronised (evaluation, on
     replica 0, excluded), after ``warmup_steps`` steps on throw-away replicas.
     ``lr_schedule(step)`` is the rate of step ``step`` (0, 1, ...) if given.
-    The split steps compute in fp32 only: ``precision`` (default: the
-    profile's) must be ``fp32``. At the end ``net`` holds replica 0's
+    The split steps compute in fp32 only: ``precision`` (default ``fp32``,
+    whatever the profile's) must be ``fp32``. At the end ``net`` holds replica 0's
     parameters and buffers.
     """
     check_training(epochs, lr, train_iter, test_iter)
     profile = get_profile(profile)
-    precision = check_fp32(profile.precision if precision is None else precision, "split.train")
+    precision = check_fp32(precision or "fp32", "split.train")
     devices = [torch.device(d) for d in devices]
     net.train()
     if warmup_steps:
@@ -61,7 +61,8 @@ def train(
                 step(X, y, shadows, devices, lr)
     replicas, rate = copy_replicas(net, devices), lr_schedule or (lambda k: lr)
     labels = dict(profile=profile.name, model=model_name, dataset=dataset, precision=precision)
-    record = record_maker(method, len(devices), **labels)
+    virtual = len(set(devices)) < len(devices)
+    record = record_maker(method, len(devices), virtual=virtual, **labels)
     records, k = [], 0
     for epoch in range(1, epochs + 1):
         loss_sum, n = torch.zeros((), device=devices[0]), 0

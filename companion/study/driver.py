@@ -220,6 +220,8 @@ def _typed(kind: str, value):
         return value
     if kind == "float | None":  # measured or not (Record.cpu_share): an empty cell is None
         return float(value) if value else None
+    if kind == "bool":  # Record.virtual: csv writes True and False as words
+        return {"True": True, "False": False}[value]
     return {"int": int, "float": float}.get(kind, str)(value)
 
 

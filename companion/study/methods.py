@@ -28,6 +28,7 @@ from ..core.loaders import load_iters
 from ..core.lr import LR_RULES, lr_schedule
 from ..core.models import MODELS, get_model
 from ..core.precision import PRECISIONS
+from ..core.profiles import get_profile
 from ..core.results import Record
 from ..core.training import check_lr, set_seed
 from ..core.training import train as train_one_device
@@ -200,6 +201,7 @@ def run_processes(worker: Callable, spec: RunSpec) -> list[Record]:
         spec.n_devices,
         spec.data,
         spec.profile,
+        backend=get_profile(spec.profile).processes.backend,  # the CPU for all, on one GPU
         model=spec.model,
         global_batch=spec.global_batch,
         epochs=spec.epochs,

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from companion.core import PROFILES, describe_setup, devices, get_profile, profiles
+from companion.core.profiles import ProcessPlan
 
 pytestmark = pytest.mark.ch1
 
@@ -29,12 +30,69 @@ def test_hardware_decides_when_unset(monkeypatch):
     monkeypatch.setattr(profiles, "gpu_count", lambda: 4)
     p = get_profile()
     assert p.name == "gpu" and p.device_counts == (1, 2, 3, 4) and p.model == "resnet18"
+    assert get_profile(gpus=0).name == "cpu" and get_profile(gpus=1).name == "gpu"
+
+
+@pytest.mark.parametrize(
+    "gpus, counts, virtual, processes",
+    [
+        # BOOK_PROFILE=gpu without a GPU, and Colab's T4: the GPU named twice, and every
+        # process run on the CPU with LeNet for the cpu profile's 5 epochs
+        (0, (1, 2), [2], ProcessPlan("gloo", "cpu", "lenet", 5, "auto")),
+        (1, (1, 2), [2], ProcessPlan("gloo", "cpu", "lenet", 5, "fp32")),
+        (2, (1, 2), [], ProcessPlan(None, "cuda:0", "resnet18", 10, "auto")),
+        (8, tuple(range(1, 9)), [], ProcessPlan(None, "cuda:0", "resnet18", 10, "auto")),
+    ],
+)
+def test_the_gpu_profile_shows_two_devices_on_one_gpu(gpus, counts, virtual, processes):
+    """One GPU still shows data parallelism: 2 virtual devices, processes on the CPU
+    (nccl wants a GPU per process; gloo has no gathers for CUDA tensors) with LeNet."""
+    p = get_profile("gpu", gpus=gpus)
+    assert (p.gpus, p.device_counts) == (gpus, counts)
+    assert [n for n in p.device_counts if p.virtual(n)] == virtual
+    assert p.processes == processes
+
+
+def test_the_number_of_gpus_comes_from_torch_unless_given(monkeypatch):
+    monkeypatch.setattr(profiles, "gpu_count", lambda: 1)
+    assert get_profile("gpu").device_counts == (1, 2) and get_profile("gpu").gpus == 1
+    assert get_profile("gpu", gpus=4).device_counts == (1, 2, 3, 4)
+    assert get_profile("ci", gpus=3).gpus == 3 and get_profile("ci").gpus == 1
+    for bad in (-1, 1.5, "2", True):
+        with pytest.raises(ValueError, match="gpus must be a count of GPUs"):
+            get_profile("gpu", gpus=bad)
+
+
+def test_the_rehearsal_is_the_one_gpu_path_at_ci_sizes_in_fp16(monkeypatch):
+    monkeypatch.setattr(profiles, "gpu_count", lambda: 0)
+    rehearsal, gpu, ci = get_profile("rehearsal"), get_profile("gpu", gpus=1), get_profile("ci")
+    assert rehearsal.gpus == 1 and rehearsal.device_counts == gpu.device_counts
+    # as on a T4: fp16 on the GPU, fp32 in the processes that fall back to the CPU
+    assert rehearsal.processes == ProcessPlan("gloo", "cpu", "lenet", rehearsal.epochs, "fp32")
+    assert rehearsal.precision == "fp16"  # a T4 has no bf16: autocast with a loss scaler
+    assert (rehearsal.dataset, rehearsal.models, rehearsal.batch_size) == (
+        ci.dataset,
+        ci.models,
+        ci.batch_size,
+    )
+    assert rehearsal.epochs < ci.epochs  # fp16 on a CPU is slower than fp32
+    assert get_profile("rehearsal", gpus=2).device_counts == (1, 2)  # still follows gpus
+    text = describe_setup(rehearsal)
+    assert "one GPU: 'several devices' are virtual" in text
+    assert "the profile assumes 1 GPU; this machine has 0" in text
+    assert "device counts [1, 2] (virtual: [2])" in text
+
+
+def test_the_cpu_and_ci_profiles_plan_their_processes_as_before():
+    for name in ("ci", "cpu"):
+        p = get_profile(name, gpus=0)
+        assert p.processes == ProcessPlan("gloo", "cpu", "lenet", p.epochs, p.precision)
 
 
 def test_unknown_profile_lists_the_valid_ones(monkeypatch):
     monkeypatch.setenv("BOOK_PROFILE", "laptop")
     with pytest.raises(
-        ValueError, match="unknown profile 'laptop'; valid profiles are: ci, cpu, gpu"
+        ValueError, match="unknown profile 'laptop'; valid profiles are: ci, cpu, gpu, rehearsal"
     ):
         get_profile()
 

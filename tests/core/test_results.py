@@ -15,7 +15,7 @@ from companion.core import (
 pytestmark = pytest.mark.ch1
 
 
-def rec(method="m", n=1, epoch=1, acc=0.5, sec=2.0, share=None):
+def rec(method="m", n=1, epoch=1, acc=0.5, sec=2.0, share=None, virtual=False):
     return Record(
         method=method,
         n_devices=n,
@@ -27,6 +27,7 @@ def rec(method="m", n=1, epoch=1, acc=0.5, sec=2.0, share=None):
         hardware="CPU, 2 cores (x86_64)",
         profile="ci",
         cpu_share=share,
+        virtual=virtual,
     )
 
 
@@ -120,6 +121,27 @@ def test_the_slowest_point_is_off_the_frame_and_the_legend_off_the_data():
     assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
     legend_top = fig.legends[0].get_window_extent(fig.canvas.get_renderer()).y1
     assert legend_top <= min(ax.get_window_extent().y0 for ax in fig.axes)  # below the axes
+
+
+def test_virtual_device_counts_are_marked_in_the_table_and_the_plot():
+    records = [rec(n=1), rec(n=2, virtual=True), rec(method="other", n=2, virtual=True)]
+    table = summarize(records).splitlines()
+    assert table[1].split()[:2] == ["m", "1"] and table[2].split()[:2] == ["m", "2v"]
+    assert any(line.startswith("v: virtual devices") for line in table)
+    assert "v: virtual" not in summarize([rec(n=1), rec(n=2)])
+    fig = plot_scaling(records, device_counts=(1, 2, 4))
+    for ax in fig.axes[:2]:
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2\n(virtual)", "4"]
+
+
+def test_virtual_means_more_devices_than_the_hardware(monkeypatch):
+    from companion.core import devices
+
+    monkeypatch.setattr(devices, "gpu_count", lambda: 0)
+    assert [devices.is_virtual(n, "cpu") for n in (1, 2)] == [False, True]
+    monkeypatch.setattr(devices, "gpu_count", lambda: 2)
+    assert [devices.is_virtual(n, "cuda:0") for n in (1, 2, 3)] == [False, False, True]
+    assert devices.is_virtual(2, "cpu")  # CPU processes share the cores
 
 
 def test_plot_scaling_needs_records():

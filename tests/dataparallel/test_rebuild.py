@@ -193,6 +193,37 @@ def test_parallel_apply_carries_the_grad_mode_into_the_threads():
     assert all(o.grad_fn is None for o in outs)
 
 
+class _Probe(nn.Module):
+    """A layer that notes, in each replica's thread, the dtype its matmul computed in."""
+
+    def __init__(self, seen: list) -> None:
+        super().__init__()
+        self.lin, self.seen = nn.Linear(4, 4), seen
+
+    def forward(self, x):
+        y = self.lin(x)
+        self.seen.append((threading.current_thread().name, y.dtype))
+        return y
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_parallel_apply_carries_autocast_into_the_threads(k, dtype):
+    """Autocast is per thread, like grad mode: without it the replicas of a virtual-device
+    run computed in fp32 while the run was labelled bf16 or fp16 (chapter 4 on one GPU)."""
+    seen = []
+    net = DataParallelByHand(_Probe(seen), cpus(k))
+    with torch.autocast("cpu", dtype=dtype):
+        out = net(torch.rand(6, 4))
+    assert out.dtype == dtype
+    assert len(seen) == k and all(d == dtype for _, d in seen), seen
+    if k > 1:
+        assert all(name.startswith("replica ") for name, _ in seen)  # really in the threads
+    seen.clear()
+    assert net(torch.rand(6, 4)).dtype == torch.float32  # and nothing leaks out of them
+    assert [d for _, d in seen] == [torch.float32] * k
+
+
 def test_parallel_apply_reraises_a_thread_error_naming_replica_and_device():
     net = nn.Linear(3, 1)
     inputs = [(torch.rand(2, 3),), (torch.rand(2, 5),)]  # the second has the wrong width

@@ -96,6 +96,7 @@ def test_ddp_equals_one_process_on_the_global_batch(small, tmp_path, world_size)
     assert all(r.precision == "fp64" for r in records)
     # the CPU share is kept for one process only: waiting for the other ranks lowers it
     assert all((r.cpu_share is None) == (world_size > 1) for r in records)
+    assert all(r.virtual == (world_size > 1) for r in records)  # CPU processes: virtual
     # the checkpoint holds the unwrapped model: it loads into a plain LeNet (in float64, as
     # trained), which scores on the whole test set, in one process, exactly the accuracy the
     # ranks computed together

@@ -337,6 +337,7 @@ def test_train_records_epochs_and_matches_single_device_training(small_sample):
         lr=0.1,
         profile="ci",
     )
+    assert not any(r.virtual for r in ref_records)
     for k in (2, 3):
         net, records = run_split(small_sample, k)
         assert [(r.epoch, r.n_devices, r.method) for r in records] == [
@@ -347,6 +348,7 @@ def test_train_records_epochs_and_matches_single_device_training(small_sample):
             isinstance(r, Record) and r.profile == "ci" and r.sec_per_epoch > 0 for r in records
         )
         assert all(abs(r.samples_per_sec * r.sec_per_epoch - 640) < 1e-6 for r in records)
+        assert all(r.virtual for r in records)  # k devices named on the one CPU
         for p, p_ref in zip(net.parameters(), reference.parameters()):
             torch.testing.assert_close(p, p_ref, rtol=1e-4, atol=1e-5)
         for r, r_ref in zip(records, ref_records):

@@ -82,7 +82,8 @@ def test_tiny_real_study_1_vs_2_devices_round_trips(data, tmp_path, capsys):
     assert [(r.method, r.n_devices, r.epoch) for r in records] == [("ddp", 1, 1), ("ddp", 2, 1)]
     # DDP on LeNet at 2 processes computes what 1 does: the same training loss
     assert math.isclose(records[0].train_loss, records[1].train_loss, rel_tol=1e-4)
-    for suffix in (".csv", ".json"):
+    assert [r.virtual for r in records] == [False, True]  # 2 CPU processes: virtual
+    for suffix in (".csv", ".json"):  # every field comes back as it was, booleans too
         assert load_study(tmp_path / f"s{suffix}") == records
     meta = json.loads((tmp_path / "s.json").read_text())
     assert meta["profiles"] == ["ci"] and meta["hardware"] == [records[0].hardware]
