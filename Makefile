@@ -26,7 +26,7 @@ book: $(VENV)/.installed
 # processes, chapter 2's split bench and chapter 7's study cell passed 600 s (1800 s,
 # as .ci/execute_notebooks.py allows a cell).
 test: $(VENV)/.installed
-	BOOK_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider --durations=15 tests book \
+	BOOK_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider --durations=40 tests book \
 	  --nbval --nbval-current-env --nbval-cell-timeout=1800 \
 	  --nbval-sanitize-with tests/nbval_sanitize.cfg
 

@@ -19,6 +19,7 @@ from .noise import CPU_SHARE_QUIET
 
 __all__ = [
     "CPU_SHARE_QUIET",
+    "VIRTUAL_NOTE",
     "Record",
     "record_maker",
     "save_records",
@@ -139,7 +140,7 @@ def final_accuracy(runs: Sequence[Record]) -> tuple[float, float, float, int]:
     return mean(accs), min(accs), max(accs), len(accs)
 
 
-_VIRTUAL_NOTE = "v: virtual devices (the CPU, or a GPU named again): same results, no speed-up"
+VIRTUAL_NOTE = "v: virtual devices (the CPU, or a GPU named again): same results, no speed-up"
 
 
 def _virtual_counts(records: Sequence[Record]) -> set[int]:
@@ -177,7 +178,7 @@ def summarize(records: Sequence[Record]) -> str:
     last = " or ".join(map(str, sorted(ks)))
     lines.append(f"test acc: mean of the last {last} epoch(s), and their range")
     if any(r.virtual for r in records):
-        lines.append(_VIRTUAL_NOTE)
+        lines.append(VIRTUAL_NOTE)
     if shares:
         lines.append(
             f"* busy: its threads got a core for only {min(shares):.0%} of the time they were "

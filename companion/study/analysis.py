@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from statistics import mean, stdev
 
 from ..core.noise import Ratio, judge
-from ..core.results import CPU_SHARE_QUIET, final_accuracy
+from ..core.results import CPU_SHARE_QUIET, VIRTUAL_NOTE, final_accuracy
 from .driver import StudyRecord
 
 __all__ = ["Point", "aggregate", "speedups", "spread", "table"]
@@ -66,6 +66,7 @@ class Point:
     epochs: int = 0  # timed epochs (over every seed)
     cpu_share: float | None = None  # 1 device on a CPU: its epochs' lowest (Record.cpu_share)
     base_busy: bool = False  # its 1-device base did not get its cores
+    virtual: bool = False  # its devices were virtual (Record.virtual)
 
     @property
     def busy(self) -> bool:
@@ -161,6 +162,7 @@ def aggregate(records: Sequence[StudyRecord], mix_precisions: bool = False) -> l
                 sec_max=max(r.sec_per_epoch for r in epochs),
                 epochs=len(epochs),
                 cpu_share=min(shares) if (shares := _shares(epochs)) else None,
+                virtual=any(r.virtual for r in epochs),
             )
         )
     return speedups(points)
@@ -219,7 +221,7 @@ def table(points: Sequence[Point]) -> str:
     (samples per second over 1 device's) has its range. A row whose speed-up
     cannot be read as one (:attr:`Point.flag`: noise, over N, 1 epoch) shows
     it in parentheses and the flag in place of the efficiency, and the table
-    ends with what each flag means. A standard deviation is shown only over
+    ends with what each flag means, and a ``v`` marks virtual devices. A standard deviation is shown only over
     two seeds or more. The precision is one line below the rows when every row
     has the same, else a last column (the rows then pass the page's 100 characters).
     """
@@ -232,8 +234,9 @@ def table(points: Sequence[Point]) -> str:
     for p in points:
         sd = f"({p.acc_std:.3f})" if p.seeds > 1 else "-"
         speedup = f"({p.speedup:.2f})" if p.flag else f"{p.speedup:.2f}"
+        devices = f"{p.n_devices}{'v' if p.virtual else ''}"
         lines.append(
-            f"{p.method:<12}{p.n_devices:>8}{p.global_batch:>6}{p.lr_rule:>8}{p.seeds:>6}"
+            f"{p.method:<12}{devices:>8}{p.global_batch:>6}{p.lr_rule:>8}{p.seeds:>6}"
             f"{p.acc_mean:>9.3f}{sd:>8}{p.sec_per_epoch:>8.3f}"
             f"{f'[{p.sec_min:.2f}-{p.sec_max:.2f}]':>14}{speedup:>9}"
             f"{p.flag or f'{p.efficiency:.0%}':>8}" + ("" if one else f"  {p.precision}")
@@ -242,5 +245,6 @@ def table(points: Sequence[Point]) -> str:
         lines.append(f"precision: {points[0].precision}")
     flags = sorted({p.flag for p in points} - {""})
     notes = [f"{flag}: {FLAGS[flag]}" for flag in flags] + ([QUIET] if flags else [])
+    notes += [VIRTUAL_NOTE] if any(p.virtual for p in points) else []
     lines += [textwrap.fill(note, 88, subsequent_indent="  ") for note in notes]  # the page's width
     return "\n".join(lines)

@@ -202,3 +202,15 @@ def test_a_comparison_in_two_precisions_is_refused_unless_asked_for():
     rows = table(points).splitlines()[: len(points) + 1]  # then what the flags mean
     assert rows[0].endswith("precision")
     assert [row.split("  ")[-1] for row in rows[1:]] == [p.precision for p in points]
+
+
+def test_virtual_device_counts_are_marked_in_the_study_table():
+    """A count that ran on virtual devices (the CPU, or one GPU named twice) says so."""
+    one = [rec("ddp", 1, 0, e, 0.9, 1.0) for e in (1, 2)]
+    two = [replace(rec("ddp", 2, 0, e, 0.9, 1.5), virtual=True) for e in (1, 2)]
+    points = aggregate(one + two)
+    assert [p.virtual for p in points] == [False, True]
+    rows = table(points).splitlines()
+    assert rows[1].split()[:2] == ["ddp", "1"] and rows[2].split()[:2] == ["ddp", "2v"]
+    assert any(line.startswith("v: virtual devices") for line in rows)
+    assert "v: virtual" not in table(aggregate(one))
