@@ -194,7 +194,7 @@ def parallel_apply(
 ) -> list[Any]:
     """``replicas[i](*inputs[i])`` for each ``i``, one thread each; outputs in order.
 
-    Each thread runs as the caller does (:func:`_as_caller`). An exception in a
+    Each thread runs as the caller does (``_as_caller``). An exception in a
     thread is re-raised here as :class:`ReplicaError`, naming the replica and its
     device, with the original chained to it.
     """
