@@ -195,9 +195,10 @@ def get_profile(name: str | Profile | None = None, *, gpus: int | None = None) -
             f"profile name {name!r} is empty: pass one of {', '.join(sorted(PROFILES))}, "
             f"or None to let $BOOK_PROFILE or the hardware choose"
         )
+    seen = gpu_count() if gpus is None else gpus  # torch is asked once
     chosen = name if name is not None else os.environ.get("BOOK_PROFILE", "").strip()
     if not chosen:
-        chosen = "gpu" if (gpu_count() if gpus is None else gpus) > 0 else "cpu"
+        chosen = "gpu" if seen > 0 else "cpu"
     key = chosen.lower() if isinstance(chosen, str) else chosen
     if key not in PROFILES:
         valid = ", ".join(sorted(PROFILES))
@@ -225,7 +226,7 @@ def get_profile(name: str | Profile | None = None, *, gpus: int | None = None) -
                 )
             profile = replace(profile, **{name: value})
     if gpus is None:
-        gpus = _FOLLOW_GPUS.get(key) or gpu_count()
+        gpus = _FOLLOW_GPUS.get(key) or seen
     profile = replace(profile, gpus=gpus)
     if key in _FOLLOW_GPUS:
         profile = replace(profile, device_counts=gpu_device_counts(gpus))

@@ -221,8 +221,8 @@ def table(points: Sequence[Point]) -> str:
     (samples per second over 1 device's) has its range. A row whose speed-up
     cannot be read as one (:attr:`Point.flag`: noise, over N, 1 epoch) shows
     it in parentheses and the flag in place of the efficiency, and the table
-    ends with what each flag means, and a ``v`` marks virtual devices. A standard deviation is shown only over
-    two seeds or more. The precision is one line below the rows when every row
+    ends with what each flag means; a ``v`` marks virtual devices. A standard
+    deviation is shown only over two seeds or more. The precision is one line below the rows when every row
     has the same, else a last column (the rows then pass the page's 100 characters).
     """
     one = len({p.precision for p in points}) == 1
