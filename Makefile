@@ -24,9 +24,17 @@ book: $(VENV)/.installed
 
 # A cell's limit is a hang detector, not a speed target: on 2 cores beside two busy
 # processes, chapter 2's split bench and chapter 7's study cell passed 600 s (1800 s,
-# as .ci/execute_notebooks.py allows a cell).
+# as .ci/execute_notebooks.py allows a cell). TEST_WORKERS pytest-xdist workers (one per
+# core by default) share the test files and the chapters, a whole file or chapter each
+# (nbval's cells run in order in one kernel); each worker owns its slice of the cores
+# (tests/conftest.py), so the chapters' outputs are those of a smaller machine, which
+# nbval accepts (thread counts change no checked output). Alone, the suite leaves a core
+# idle most of the time: its launched processes start, connect and wait.
+CORES := $(shell $(PYTHON) -c "import os; print(len(getattr(os, 'sched_getaffinity', lambda _: range(os.cpu_count() or 1))(0)))")
+TEST_WORKERS ?= $(CORES)
 test: $(VENV)/.installed
-	BOOK_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider --durations=40 tests book \
+	BOOK_PROFILE=ci $(BIN)/python -m pytest -p no:cacheprovider --durations=40 \
+	  -n $(TEST_WORKERS) --dist loadfile book tests \
 	  --nbval --nbval-current-env --nbval-cell-timeout=1800 \
 	  --nbval-sanitize-with tests/nbval_sanitize.cfg
 
@@ -48,8 +56,9 @@ notebooks: $(VENV)/.installed
 # verdict differs from the committed run. Without a network the offline sample
 # stands in for Fashion-MNIST, as it does for readers. .ci/run runs it after the tests.
 PROFILE ?= cpu
+CHECK_JOBS ?= $(CORES)
 profile-check: $(VENV)/.installed
-	BOOK_PROFILE=$(PROFILE) $(BIN)/python .ci/execute_notebooks.py --same-checks _build/$(PROFILE)-check $(NOTEBOOKS)
+	BOOK_PROFILE=$(PROFILE) $(BIN)/python .ci/execute_notebooks.py --same-checks --jobs $(CHECK_JOBS) _build/$(PROFILE)-check $(NOTEBOOKS)
 
 # For a machine with one or more CUDA GPUs (not run by CI): the whole test suite,
 # gpu and multigpu tests included, and every chapter under the gpu profile into
@@ -101,7 +110,7 @@ gpu-check-fp16: gpu-here
 # differs between torch versions (chapter 9's collectives, the study that runs
 # them, the wheel) against that wheel from outside the checkout; colab-check
 # executes every chapter under the cpu profile (a Colab reader without a GPU)
-# as profile-check does.
+# as profile-check does (for authors: CI runs rehearsal-check instead).
 # pyenv's Python 3.13 where there is one (CI's machines have it, not as the global one)
 COLAB_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3.13) python3.13)
 COLAB_VENV ?= .venv-colab
@@ -128,12 +137,12 @@ colab-wheel: $(COLAB_VENV)/.installed
 
 colab-test: colab-wheel
 	scratch=$$(mktemp -d) && cd $$scratch && COMPANION_FROM_WHEEL=1 BOOK_PROFILE=ci \
-	  $(COLAB)/python -m pytest -p no:cacheprovider --import-mode=append \
-	  --rootdir=$(CURDIR) --durations=5 $(addprefix $(CURDIR)/,$(COLAB_TESTS)); \
+	  $(COLAB)/python -m pytest -p no:cacheprovider --import-mode=append -n $(TEST_WORKERS) \
+	  --dist loadfile --rootdir=$(CURDIR) --durations=5 $(addprefix $(CURDIR)/,$(COLAB_TESTS)); \
 	  status=$$?; cd $(CURDIR); rm -rf $$scratch; exit $$status
 
 colab-check: colab-wheel
-	BOOK_PROFILE=cpu $(COLAB)/python .ci/execute_notebooks.py --same-checks _build/cpu-check $(NOTEBOOKS)
+	BOOK_PROFILE=cpu $(COLAB)/python .ci/execute_notebooks.py --same-checks --jobs $(CHECK_JOBS) _build/cpu-check $(NOTEBOOKS)
 
 # The commonest reader, Colab with one GPU (a T4), rehearsed without a GPU on Colab's
 # runtime: the rehearsal profile takes the gpu profile's one-GPU device counts (1 and a
@@ -142,7 +151,7 @@ colab-check: colab-wheel
 # autocast on a CPU is slower than fp32). What needs CUDA itself (nccl, CUDA streams,
 # cells that need 2 GPUs) is left to make gpu-check-fp16 on a real GPU.
 rehearsal-check: colab-wheel
-	BOOK_PROFILE=rehearsal $(COLAB)/python .ci/execute_notebooks.py --same-checks _build/rehearsal-check $(NOTEBOOKS)
+	BOOK_PROFILE=rehearsal $(COLAB)/python .ci/execute_notebooks.py --same-checks --jobs $(CHECK_JOBS) _build/rehearsal-check $(NOTEBOOKS)
 
 clean:
 	rm -rf _build build

@@ -20,8 +20,9 @@ error, so one run lists every problem. A notebook fails when:
   on purpose ("share memory: False") are False in both and pass.
 
 Each notebook's wall time is printed; the exit status is 1 on any failure.
-``--jobs N`` runs N notebooks at a time (each in its own process and kernel;
-for a machine with cores and GPU memory to spare). ``--progress`` prints a
+``--jobs N`` runs N notebooks at a time, each in its own process and kernel on
+its own slice of the cores (CI: two jobs on 2 cores, one core each; a chapter's
+self-checks do not depend on its thread count). ``--progress`` prints a
 line as each cell finishes, so a run stopped by a time limit still says how
 far every notebook got.
 """
@@ -105,8 +106,8 @@ def problems_of(nb, committed, leftovers: list[str]) -> list[str]:
     return found
 
 
-def slowest(nb, k: int = 3) -> str:
-    """The ``k`` slowest cells, from the timings nbclient records: where a profile spends its time."""
+def cell_times(nb) -> list[tuple[float, int]]:
+    """``(seconds, cell index)`` of each cell run, from the timings nbclient records."""
     times = []
     for i, cell in enumerate(nb.cells):
         stamps = cell.get("metadata", {}).get("execution", {})
@@ -117,7 +118,19 @@ def slowest(nb, k: int = 3) -> str:
                 - datetime.fromisoformat(begin.replace("Z", "+00:00"))
             ).total_seconds()
             times.append((seconds, i))
-    return ", ".join(f"cell {i} {s:.0f} s" for s, i in sorted(times, reverse=True)[:k])
+    return times
+
+
+def slowest(nb, k: int = 3) -> str:
+    """The ``k`` slowest cells: where a profile spends its time."""
+    return ", ".join(f"cell {i} {s:.0f} s" for s, i in sorted(cell_times(nb), reverse=True)[:k])
+
+
+def longest_first(paths: list[str]) -> list[str]:
+    """The notebooks, the longest committed run first: with several jobs the last to start
+    is then a short one, and no job is left running alone for long."""
+    cost = {p: sum(s for s, _ in cell_times(nbformat.read(p, as_version=4))) for p in paths}
+    return sorted(paths, key=lambda p: -cost[p])
 
 
 def run(path: str, out: Path, same_checks: bool, progress: bool = False) -> list[str]:
@@ -132,6 +145,7 @@ def run(path: str, out: Path, same_checks: bool, progress: bool = False) -> list
         nb,
         config=patient,
         timeout=1800,
+        startup_timeout=300,  # not nbclient's 60 s: two kernels starting on one busy core
         allow_errors=True,
         kernel_name="python3",
         resources={"metadata": {"path": str(Path(path).parent)}},
@@ -158,6 +172,25 @@ def run(path: str, out: Path, same_checks: bool, progress: bool = False) -> list
     return found
 
 
+def core_slices(jobs: int) -> list[list[int]]:
+    """The cores split into ``jobs`` slices, one per job (a core may be shared when there are
+    fewer cores than jobs)."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if not cores:
+        return [[] for _ in range(jobs)]
+    share = max(1, len(cores) // jobs)
+    return [cores[(i * share) % len(cores) :][:share] or cores[:share] for i in range(jobs)]
+
+
+def own_cores(slices) -> None:
+    """A job's process keeps to its slice of the cores, and so does the kernel it starts: two
+    kernels that each take every core slow each other down many times over (torch's threads
+    wait for each other by spinning), and a cell's time would measure the crowd."""
+    share = slices.get()
+    if share:
+        os.sched_setaffinity(0, share)
+
+
 USAGE = "usage: execute_notebooks.py [--same-checks] [--jobs N] [--progress] OUT_DIR NOTEBOOK [NOTEBOOK ...]"
 
 
@@ -179,9 +212,18 @@ def main(argv: list[str]) -> int:
     if jobs == 1:
         failures = [p for path in args[1:] for p in run(path, out, same_checks, progress)]
     else:  # its own process per notebook: each client runs its own event loop and kernel
-        with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
-            runs = [pool.submit(run, path, out, same_checks, progress) for path in args[1:]]
-            failures = [p for r in runs for p in r.result()]
+        context = get_context("spawn")
+        slices = context.Queue()
+        for share in core_slices(jobs):
+            slices.put(share)
+        with ProcessPoolExecutor(
+            jobs, mp_context=context, initializer=own_cores, initargs=(slices,)
+        ) as pool:
+            runs = {
+                path: pool.submit(run, path, out, same_checks, progress)
+                for path in longest_first(args[1:])
+            }
+            failures = [p for path in args[1:] for p in runs[path].result()]
     print(
         "\n".join(failures)
         or "every cell of every notebook ran cleanly"

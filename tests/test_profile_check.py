@@ -139,7 +139,7 @@ def test_jobs_run_notebooks_side_by_side_and_progress_says_how_far_each_got(tmp_
     lines = done.stdout.splitlines()
     assert {"out/a: cell 0 of 1 done", "out/b: cell 0 of 2 done", "out/b: cell 1 of 2 done"} == {
         line.split(" after ")[0] for line in lines if " done after " in line
-    }
+    }, done.stdout + done.stderr
     assert any("b.ipynb cell 1: SystemError: planted" in line for line in lines)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.ipynb", "b.ipynb"]
     bad = subprocess.run(

@@ -8,7 +8,6 @@ import re
 import pytest
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.testing import assert_close
 
 from companion.core import load_data
@@ -118,30 +117,7 @@ def test_a_sharded_resume_in_one_process_restores_everything(one_process_group, 
         train_elastic(data, cfg, ElasticOptions(opts.snapshot, 4))  # DDP on FSDP2's snapshot
 
 
-@pytest.mark.parametrize("method, tensors", [("FSDP2", 10), ("ZeRO-3", 5)])
-def test_a_worker_killed_when_sharded_resumes_to_the_uninterrupted_parameters(
-    tmp_path, method, tensors
-):
-    """FSDP2 saves each parameter as a DTensor; the hand-written ZeRO-3 one flat DTensor per
-    unit (LeNet's five layers that have parameters)."""
-    args = [*snapshot_args(tmp_path / "whole"), "--sharded", method]
-    [whole] = run_agents([standalone_command(2, args)], timeout=TIMEOUT)
-    args = [*snapshot_args(tmp_path / "killed"), "--sharded", method]
-    [run] = run_agents(
-        [standalone_command(2, args, max_restarts=1)], timeout=TIMEOUT, kill={0: "1:30"}
-    )
-    whole.check(), run.check()
-    lines = [line for line in run.stdout.splitlines() if not line.startswith("step ")]
-    assert "attempt 1: 2 processes, resumed from step 20 (epoch 1, position 1280)" in lines
-    assert_no_process_left(str(tmp_path))
-    for name in ("whole", "killed"):
-        dcp_to_torch_save(tmp_path / name, tmp_path / f"{name}.pt")
-    killed, reference = (_parameters(torch.load(tmp_path / f"{n}.pt")) for n in ("killed", "whole"))
-    assert killed.keys() == reference.keys() and len(killed) == tensors
-    for name, tensor in killed.items():
-        assert_close(tensor, reference[name], rtol=0, atol=0)
-
-
-def _parameters(state: dict) -> dict:
-    """The parameters in a sharded snapshot made whole: FSDP2's by name, a stage's by layout."""
-    return state["model"] if "model" in state else state["stage"]["params"]
+# A worker killed under torchrun while sharded (FSDP2, ZeRO-3), resumed to the uninterrupted run's
+# parameters bit for bit, is chapter 9's kill-and-resume cell: nbval (make test) compares its
+# output, "(10 tensors) / (5 tensors) equal the uninterrupted run's: True", the resumed step and
+# the exit codes. It was a test here too, the same two runs twice in CI (about 160 s).
