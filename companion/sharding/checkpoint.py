@@ -28,13 +28,17 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
 
 from ..core.checks import check_choice, check_int
 from ..core.training import set_seed
 from ..internals.tied_frozen_unused import TiedFrozenUnused
 from ..runtime.group import check_group, rank_device
-from .flat_state import load_stage_state, stage_state
+from .flat_state import _saved_keys, load_stage_state, stage_state
 from .training import METHODS, full_parameters, shard
 from .verify import _share_step
 from .zero1 import ShardedOptimizer
@@ -104,18 +108,79 @@ def _check_checkpoint(path: str | Path) -> None:
 
 
 def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str | Path) -> None:
-    """Every rank reads the pieces its own shards need, whatever the saving world size."""
+    """Every rank reads the pieces its own shards need, whatever the saving world size.
+
+    A checkpoint of another model (a key missing or unexpected) or of another optimizer is
+    refused with the names, before anything is loaded (a stage: :func:`load_stage_state`).
+    """
     _check_checkpoint(path)
     if isinstance(optimizer, ShardedOptimizer):
         return load_stage_state(optimizer, str(path))
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
-    # A parameter that never had a gradient (unused) has no optimizer state in the
-    # checkpoint; the fresh optimizer's empty one for it is kept.
+    fresh = _check_loadable(path, state, optimizer)
+    # Partial only where it must be: a parameter never stepped before the save has no
+    # optimizer state there. Its state is dropped here, not kept as get_state_dict made it
+    # (Adam: step 1, zero moments), so that its first step is a first step, as it is in
+    # the run that was never interrupted.
     dcp.load(state, checkpoint_id=str(path), planner=DefaultLoadPlanner(allow_partial_load=True))
+    for name in fresh:
+        del state["optim"]["state"][name]
     set_state_dict(
-        model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+        model,
+        optimizer,
+        model_state_dict=state["model"],
+        optim_state_dict=state["optim"],
+        options=StateDictOptions(strict=not fresh),  # the keys were checked above
     )
+
+
+def _names(names, limit: int = 6) -> str:
+    names = sorted(names)
+    return ", ".join(names[:limit]) + (
+        f" and {len(names) - limit} more" if len(names) > limit else ""
+    )
+
+
+def _check_loadable(path: str | Path, state: dict, optimizer: torch.optim.Optimizer) -> list[str]:
+    """Refuse a checkpoint that would load partly: a model key missing or unexpected, or
+    another optimizer (its settings or its state named otherwise). Returns the parameters
+    that have no optimizer state in the checkpoint (never stepped before the save)."""
+    saved = _saved_keys(path)
+    model = {k.removeprefix("model.") for k in saved if k.startswith("model.")}
+    missing, unexpected = set(state["model"]) - model, model - set(state["model"])
+    if missing or unexpected:
+        raise ValueError(
+            f"the checkpoint at {str(path)!r} is not of this model: "
+            + "; ".join(
+                f"{what}: {_names(names)}"
+                for what, names in (
+                    (f"{len(missing)} of this model's keys are not in it", missing),
+                    (f"{len(unexpected)} of its keys are not in this model", unexpected),
+                )
+                if names
+            )
+            + ". Build the model it was saved from (a wrapper such as nn.Sequential or "
+            "torch.compile renames the keys), or load a checkpoint of this model"
+        )
+    groups = state["optim"]["param_groups"]
+    settings = {k.rsplit(".", 1)[1] for k in saved if k.startswith("optim.param_groups.")}
+    here = {key for group in groups for key in group}
+    states = {k.rsplit(".", 1)[1] for k in saved if k.startswith("optim.state.")}
+    kept = {key for per_param in state["optim"]["state"].values() for key in per_param}
+    if settings != here or (states and kept and states != kept):
+        raise ValueError(
+            f"the checkpoint at {str(path)!r} holds another optimizer's state than "
+            f"{type(optimizer).__name__}'s: its settings {_names(settings ^ here)} and state "
+            f"{_names(states ^ kept) or '(the same)'} differ from this one's. Build the "
+            f"optimizer it was saved with (the same class and options)"
+        )
+    stepped = {
+        k.removeprefix("optim.state.").rsplit(".", 1)[0]
+        for k in saved
+        if k.startswith("optim.state.")
+    }
+    return [name for name in state["optim"]["state"] if name not in stepped]
 
 
 def checkpoint_worker(

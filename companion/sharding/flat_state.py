@@ -18,6 +18,7 @@ parameters and buffers) is saved once.
 from __future__ import annotations
 
 import json
+import os
 
 import torch
 import torch.distributed as dist
@@ -161,6 +162,12 @@ def _template(stage: ShardedOptimizer, meta: dict) -> dict:
     return _as_saved(stage, moments, counters, _per_parameter(stage))
 
 
+def _saved_keys(path: str | os.PathLike) -> set[str]:
+    """The names of everything a DCP checkpoint holds, as DCP flattens them
+    (``model.fc.weight``, ``optim.state.fc.weight.exp_avg``, ...)."""
+    return set(dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata)
+
+
 @torch.no_grad()
 def load_stage_state(stage: ShardedOptimizer, path: str) -> None:
     """Load what :func:`stage_state` saved into ``path``, whatever the saving world size:
@@ -171,6 +178,7 @@ def load_stage_state(stage: ShardedOptimizer, path: str) -> None:
     dcp.load({"stage": holder}, checkpoint_id=path, planner=planner)
     meta = json.loads(holder["meta"])
     _check_same_layouts(stage, meta["layouts"])
+    _check_same_rest(stage, meta, path)
     state = _template(stage, meta)
     dcp.load({"stage": state}, checkpoint_id=path, planner=planner)
     for (layout, shard), saved in zip(stage.layouts, state["params"].values()):
@@ -192,6 +200,29 @@ def load_stage_state(stage: ShardedOptimizer, path: str) -> None:
     for name, t in _whole(stage).items():
         t.copy_(state["whole"][name])
     stage._whole_again()
+
+
+def _check_same_rest(stage: ShardedOptimizer, meta: dict, path: str) -> None:
+    """What the layouts do not say: the same frozen parameters and buffers, and an optimizer
+    of the same class (its settings named alike, group by group)."""
+    saved = {
+        k.removeprefix("stage.whole.") for k in _saved_keys(path) if k.startswith("stage.whole.")
+    }
+    here = set(_whole(stage))
+    if saved != here:
+        raise ValueError(
+            f"{type(stage).__name__}: the checkpoint's frozen parameters and buffers are not "
+            f"this model's: not in it: {sorted(here - saved)}, not in this model: "
+            f"{sorted(saved - here)}. Build the model it was saved from"
+        )
+    mine = [sorted(k for k in g if k != "params") for g in stage.inner.param_groups]
+    theirs = [sorted(g) for g in meta["groups"]]
+    if mine != theirs:
+        raise ValueError(
+            f"{type(stage).__name__}: the checkpoint holds another optimizer than this stage's "
+            f"{type(stage.inner).__name__}: its settings are {theirs}, this one's {mine}. Build "
+            f"the stage with the optimizer class and options it was saved with"
+        )
 
 
 def _check_same_layouts(stage: ShardedOptimizer, saved: list[list[str]]) -> None:

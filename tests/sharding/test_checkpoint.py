@@ -4,9 +4,12 @@ equal too (the moments and Adam's step count came along)."""
 
 import pytest
 import torch
+from torch.testing import assert_close
 
 from companion.runtime import WorkerError, launch
 from companion.sharding.checkpoint import checkpoint_worker, load_sharded
+
+from .workers import LOADERS, partial_load_worker
 
 pytestmark = pytest.mark.ch9
 
@@ -75,3 +78,32 @@ def test_saved_on_a_gpu_loads_on_the_gpu_and_on_cpu_ranks(tmp_path, batch, metho
     for got in [again, *on_cpu]:
         torch.testing.assert_close(got["at checkpoint"], saved["at checkpoint"], rtol=0, atol=0)
     torch.testing.assert_close(again["one step later"], saved["one step later"])
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("method", LOADERS)
+def test_a_checkpoint_never_loads_partly_and_a_resume_steps_a_late_parameter_afresh(
+    tmp_path, method, world_size
+):
+    """Issue 54, items 4 and 5: a model renamed by a wrapper, one more layer (trainable or
+    frozen) and another optimizer class are refused with the names (they loaded partly, in
+    silence: nothing at all for the renamed model); a parameter without optimizer state in
+    the checkpoint starts its Adam afresh, as in the run that was never interrupted."""
+    results = launch(partial_load_worker, world_size, str(tmp_path), method, backend="gloo")
+    for refused, resumed, whole in results:
+        assert refused.keys() == {
+            "wrapped in nn.Sequential",
+            "one more layer",
+            "one more frozen layer",
+            "SGD with momentum",
+        }
+        assert all(said != "loaded" for said in refused.values()), refused
+        if method in ("ZeRO-1", "ZeRO-3"):
+            assert "another optimizer" in refused["SGD with momentum"], refused
+            assert "extra.weight" in refused["one more frozen layer"], refused
+        else:
+            assert "0.a.weight" in refused["wrapped in nn.Sequential"], refused
+            assert "extra.weight" in refused["one more layer"], refused
+            assert "extra.weight" in refused["one more frozen layer"], refused
+            assert "another optimizer" in refused["SGD with momentum"], refused
+        assert_close(resumed, whole, rtol=0, atol=0)

@@ -331,3 +331,90 @@ def uneven_mesh_worker(rank, world_size, replicas):
         except ValueError as err:
             refused.append(str(err))
     return refused
+
+
+# Checkpoints that would load partly, and resumes with a parameter never stepped (issue 54,
+# items 4 and 5).
+
+LOADERS = ("plain", "DDP", "FSDP2", "ZeRO-1", "ZeRO-3")
+
+
+class Late(nn.Module):
+    """``late`` gets its first gradient at step 2: after a save at step 2 it has no optimizer
+    state in the checkpoint. ``extra`` adds a layer (trainable, or frozen)."""
+
+    def __init__(self, extra: str = ""):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.late = nn.Linear(6, 5), nn.Linear(5, 3)
+        if extra:
+            self.extra = nn.Linear(3, 3).requires_grad_(extra == "trainable")
+        self.double()
+
+    def forward(self, x, step=0):
+        h = torch.tanh(self.a(x))
+        out = h[:, :3] + (self.late(h) if step >= 2 else 0)
+        return self.extra(out) if hasattr(self, "extra") else out
+
+
+def _built(method, net, optimizer_class=torch.optim.Adam, **defaults):
+    from companion.sharding.training import shard
+
+    if method == "plain":
+        return net, optimizer_class([p for p in net.parameters() if p.requires_grad], **defaults)
+    return shard(method, net, optimizer_class, find_unused_parameters=method == "DDP", **defaults)
+
+
+def _late_steps(model, optimizer, steps, rank, world_size):
+    for step in steps:
+        g = torch.Generator().manual_seed(step)
+        x = torch.randn(4 * world_size, 6, generator=g, dtype=torch.float64)
+        x = x[rank * 4 : (rank + 1) * 4] if world_size > 1 else x
+        optimizer.zero_grad()
+        (model(x, step) ** 2).mean().backward()
+        if (
+            type(model).__name__ != "DistributedDataParallel"
+            and world_size > 1
+            and not hasattr(optimizer, "layouts")
+        ):
+            for p in model.parameters():  # plain: average by hand, as DDP does
+                if p.grad is not None and not hasattr(p, "device_mesh"):
+                    torch.distributed.all_reduce(p.grad)
+                    p.grad /= world_size
+        optimizer.step()
+
+
+def partial_load_worker(rank, world_size, tmp, method):
+    """Save after steps 0-1 (``late`` never stepped); then load into models and optimizers
+    that differ (each must be refused), and into the same ones (must resume to the
+    parameters of a run never interrupted, over steps 2-3)."""
+    from companion.sharding import full_parameters
+    from companion.sharding.checkpoint import load_sharded, save_sharded
+
+    def fresh(extra="", wrap=False, optimizer_class=torch.optim.Adam, **defaults):
+        net = Late(extra)
+        net = nn.Sequential(net) if wrap else net
+        return _built(method, net, optimizer_class, **(defaults or {"lr": 1e-2}))
+
+    whole = fresh()
+    _late_steps(*whole, range(4), rank, world_size)
+    saved = fresh()
+    _late_steps(*saved, range(2), rank, world_size)
+    save_sharded(*saved, f"{tmp}/{method}")
+    refused = {}
+    for case, options in {
+        "wrapped in nn.Sequential": dict(wrap=True),
+        "one more layer": dict(extra="trainable"),
+        "one more frozen layer": dict(extra="frozen"),
+        "SGD with momentum": dict(optimizer_class=torch.optim.SGD, lr=0.1, momentum=0.9),
+    }.items():
+        model, optimizer = fresh(**options)
+        try:
+            load_sharded(model, optimizer, f"{tmp}/{method}")
+            refused[case] = "loaded"
+        except ValueError as error:
+            refused[case] = str(error)
+    resumed = fresh()
+    load_sharded(*resumed, f"{tmp}/{method}")
+    _late_steps(*resumed, range(2, 4), rank, world_size)
+    return refused, full_parameters(*resumed), full_parameters(*whole)
