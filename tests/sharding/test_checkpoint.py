@@ -98,12 +98,12 @@ def test_a_checkpoint_never_loads_partly_and_a_resume_steps_a_late_parameter_afr
             "SGD with momentum",
         }
         assert all(said != "loaded" for said in refused.values()), refused
-        if method in ("ZeRO-1", "ZeRO-3"):
-            assert "another optimizer" in refused["SGD with momentum"], refused
-            assert "extra.weight" in refused["one more frozen layer"], refused
+        assert "another optimizer" in refused["SGD with momentum"], refused
+        assert "extra.weight" in refused["one more frozen layer"], refused
+        if method.startswith("ZeRO"):  # renamed or added trainable: their flat layouts differ
+            assert "flat layouts" in refused["wrapped in nn.Sequential"], refused
+            assert "flat layouts" in refused["one more layer"], refused
         else:
             assert "0.a.weight" in refused["wrapped in nn.Sequential"], refused
             assert "extra.weight" in refused["one more layer"], refused
-            assert "extra.weight" in refused["one more frozen layer"], refused
-            assert "another optimizer" in refused["SGD with momentum"], refused
         assert_close(resumed, whole, rtol=0, atol=0)

@@ -365,20 +365,17 @@ def _built(method, net, optimizer_class=torch.optim.Adam, **defaults):
     return shard(method, net, optimizer_class, find_unused_parameters=method == "DDP", **defaults)
 
 
-def _late_steps(model, optimizer, steps, rank, world_size):
+def _late_steps(method, model, optimizer, steps, rank, world_size):
     for step in steps:
         g = torch.Generator().manual_seed(step)
-        x = torch.randn(4 * world_size, 6, generator=g, dtype=torch.float64)
-        x = x[rank * 4 : (rank + 1) * 4] if world_size > 1 else x
+        x = torch.randn(4 * world_size, 6, generator=g, dtype=torch.float64)[
+            rank * 4 : rank * 4 + 4
+        ]
         optimizer.zero_grad()
         (model(x, step) ** 2).mean().backward()
-        if (
-            type(model).__name__ != "DistributedDataParallel"
-            and world_size > 1
-            and not hasattr(optimizer, "layouts")
-        ):
-            for p in model.parameters():  # plain: average by hand, as DDP does
-                if p.grad is not None and not hasattr(p, "device_mesh"):
+        if method == "plain" and world_size > 1:  # average by hand, as DDP does
+            for p in model.parameters():
+                if p.grad is not None:
                     torch.distributed.all_reduce(p.grad)
                     p.grad /= world_size
         optimizer.step()
@@ -397,9 +394,9 @@ def partial_load_worker(rank, world_size, tmp, method):
         return _built(method, net, optimizer_class, **(defaults or {"lr": 1e-2}))
 
     whole = fresh()
-    _late_steps(*whole, range(4), rank, world_size)
+    _late_steps(method, *whole, range(4), rank, world_size)
     saved = fresh()
-    _late_steps(*saved, range(2), rank, world_size)
+    _late_steps(method, *saved, range(2), rank, world_size)
     save_sharded(*saved, f"{tmp}/{method}")
     refused = {}
     for case, options in {
@@ -416,5 +413,5 @@ def partial_load_worker(rank, world_size, tmp, method):
             refused[case] = str(error)
     resumed = fresh()
     load_sharded(*resumed, f"{tmp}/{method}")
-    _late_steps(*resumed, range(2, 4), rank, world_size)
+    _late_steps(method, *resumed, range(2, 4), rank, world_size)
     return refused, full_parameters(*resumed), full_parameters(*whole)
