@@ -10,8 +10,11 @@ error, so one run lists every problem. A notebook fails when:
 * a cell raised;
 * a cell wrote to stderr (a warning or a progress bar: the pages promise none);
 * it left files in its temporary directory (each notebook's kernel gets a
-  fresh ``TMPDIR`` under OUT_DIR, checked empty once the kernel has exited;
-  torch's compile cache is no leftover);
+  fresh ``TMPDIR``, checked empty once the kernel has exited; torch's compile
+  cache is no leftover). It is made in the system's temporary directory, not
+  under OUT_DIR: the fork server's socket lives there, and a Unix socket's path
+  may not be longer than 107 bytes (a checkout's deep path made chapter 8 fail
+  with "AF_UNIX path too long");
 * with ``--same-checks``: a self-check printed another verdict than in the
   committed notebook (run under ``ci``). A self-check is a printed
   ``label: True`` or ``label: False``; it is matched by cell and by its label
@@ -33,6 +36,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from datetime import datetime
@@ -136,9 +140,8 @@ def longest_first(paths: list[str]) -> list[str]:
 def run(path: str, out: Path, same_checks: bool, progress: bool = False) -> list[str]:
     nb = nbformat.read(path, as_version=4)
     committed = nbformat.read(path, as_version=4) if same_checks else None
-    tmp = (out / f"tmp-{Path(path).stem}").resolve()
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="nb-"))  # short: the fork server's socket is made in it
     patient = Config()
     patient.KernelManager.shutdown_wait_time = 60.0  # exit by itself, atexit handlers run
     client = NotebookClient(

@@ -26,6 +26,7 @@ import multiprocessing as mp
 import os
 import pickle
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -146,11 +147,37 @@ def _context(start_method: str | None, fn: Callable):
     ctx = mp.get_context(method)
     stop_helpers_when_kernel_exits()  # the helpers it starts: else a kernel's exit stalls
     if method == "forkserver":  # the preload list is used when the server starts
+        _check_socket_room()
         module = getattr(fn, "__module__", None)
         main_file = getattr(sys.modules.get("__main__"), "__file__", None)
         importable = module != "__main__" or (main_file and os.path.isfile(main_file))
         ctx.set_forkserver_preload(PRELOAD + ([module] if module and importable else []))
     return ctx
+
+
+SUN_PATH_MAX = 107  # bytes in a Unix socket's path (108 with the closing NUL, on Linux)
+
+
+def _check_socket_room() -> None:
+    """``ValueError`` when the fork server's socket would not fit its temporary folder.
+
+    The server listens on ``<temp>/pymp-XXXXXXXX/listener-XXXXXXXX``; a deeper ``TMPDIR``
+    makes Python's own ``OSError: AF_UNIX path too long``, which names neither cause nor cure.
+    """
+    from multiprocessing import forkserver, process
+
+    if getattr(forkserver._forkserver, "_forkserver_address", None) is not None:
+        return  # already listening
+    base = process.current_process()._config.get("tempdir")
+    base = base or os.path.join(tempfile.gettempdir(), "pymp-" + "x" * 8)
+    path = os.path.join(base, "listener-" + "x" * 8)
+    if len(os.fsencode(path)) > SUN_PATH_MAX:
+        raise ValueError(
+            f"the temporary folder {tempfile.gettempdir()!r} is too deep for the fork "
+            f"server's socket ({len(os.fsencode(path))} bytes in its path, at most "
+            f"{SUN_PATH_MAX}); set TMPDIR to a short folder such as /tmp before Python "
+            f"starts, or pass start_method='spawn'"
+        )
 
 
 def _check_launch(world_size: int, timeout: float, backend: str | None) -> str:

@@ -327,3 +327,26 @@ def test_a_jupyter_kernel_that_launched_workers_exits_promptly_and_cleans_up(tmp
         took = time.monotonic() - start
     assert took < 10.0, f"the kernel took {took:.1f} s to exit"
     assert [p.name for p in tmp_path.glob("kernel-*")] == [], "the scratch folder stayed"
+
+
+def test_a_temporary_folder_too_deep_for_the_fork_servers_socket_is_refused_clearly(tmp_path):
+    # Python's own error is "OSError: AF_UNIX path too long"; CI's chapter runs hit it.
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    script = textwrap.dedent("""
+        from companion.collectives import whoami
+        from companion.runtime import launch
+        try:
+            launch(whoami, 2)
+        except ValueError as err:
+            print("refused:", err)
+        print("spawn:", [r["rank"] for r in launch(whoami, 2, start_method="spawn")])
+    """)
+    env = {**os.environ, "TMPDIR": str(deep)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    refused, spawned = done.stdout.splitlines()
+    assert "too deep for the fork server's socket" in refused and "TMPDIR" in refused
+    assert spawned == "spawn: [0, 1]"
