@@ -165,11 +165,13 @@ def run(path: str, out: Path, same_checks: bool, progress: bool = False) -> list
                 )
 
         client.on_cell_executed = done
-    client.execute(env={**os.environ, "TMPDIR": str(tmp)})  # the kernel's, not ours
-    seconds = time.monotonic() - start
-    nbformat.write(nb, out / Path(path).name)
-    leftovers = sorted(p.name for p in tmp.iterdir() if not p.name.startswith(CACHES))
-    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        client.execute(env={**os.environ, "TMPDIR": str(tmp)})  # the kernel's, not ours
+        seconds = time.monotonic() - start
+        nbformat.write(nb, out / Path(path).name)
+        leftovers = sorted(p.name for p in tmp.iterdir() if not p.name.startswith(CACHES))
+    finally:  # in the system's temp, not under OUT_DIR: never left behind
+        shutil.rmtree(tmp, ignore_errors=True)
     found = [f"{path} {p}" for p in problems_of(nb, committed, leftovers)]
     print(f"{path}: {len(found)} problem(s), {seconds:.0f} s (slowest: {slowest(nb)})", flush=True)
     return found

@@ -85,6 +85,12 @@ def _nested_no_sync(net, x):
         net(x).sum().backward()  # still inside the outer block: local
 
 
+def _sync_attribute(net, x):
+    net.require_backward_grad_sync = False  # nanoGPT's accumulation, without no_sync()
+    net(x).sum().backward()  # local: nothing sent
+    net.require_backward_grad_sync = True
+
+
 def _two_forwards(net, x):
     (net(x) + net(x)).sum().backward()
 
@@ -160,6 +166,13 @@ CASES: dict[str, tuple] = {
         "dense",
         False,
         _nested_no_sync,
+    ),
+    "require_backward_grad_sync": (
+        "require_backward_grad_sync = False set by hand (nanoGPT): no_sync() without with",
+        _Two,
+        "dense",
+        False,
+        _sync_attribute,
     ),
     "output ignored": (
         "a forward pass whose output is not used",

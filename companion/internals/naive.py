@@ -32,7 +32,11 @@ Two things are shared by every step:
 
 * ``no_sync()``: inside it, forward passes are marked "do not
   communicate", so the gradients of several micro-batches add up locally
-  and only the step after the ``with`` block averages them;
+  and only the step after the ``with`` block averages them. It sets
+  ``require_backward_grad_sync = False``, the attribute torch's DDP reads at
+  each forward pass; scripts such as nanoGPT set it themselves
+  (``model.require_backward_grad_sync = last_micro_step``), and it works here
+  as there;
 * ``weigh_by_samples``: with ranks that see different numbers of samples,
   each rank's mean gradient is weighed by its sample count (one extra,
   one-number all-reduce per step) and the result is the gradient of the mean
@@ -112,7 +116,7 @@ class NaiveDDP(StepBookkeeping, nn.Module):
         self.allreduces = 0
         self._params = check_trainable(trainable_parameters(module))
         self._drop_in = finish_in_backward and can_finish_in_backward()
-        self._sync_enabled, self._released = True, False
+        self.require_backward_grad_sync, self._released = True, False  # torch DDP's name
         self._new_step()
         broadcast_state(module)
         self._handles = hook_parameters(self, self._params, self._on_grad)
@@ -126,11 +130,11 @@ class NaiveDDP(StepBookkeeping, nn.Module):
     @contextmanager
     def no_sync(self) -> Iterator[None]:
         """Forward passes inside the block leave their gradients local (accumulation)."""
-        before, self._sync_enabled = self._sync_enabled, False
+        before, self.require_backward_grad_sync = self.require_backward_grad_sync, False
         try:
             yield
         finally:
-            self._sync_enabled = before  # nested: the outer block still holds
+            self.require_backward_grad_sync = before  # nested: the outer block still holds
 
     def finish(self) -> None:
         """After ``backward()``: average every gradient over the ranks (unless ``no_sync``)."""

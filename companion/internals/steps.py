@@ -32,7 +32,7 @@ class StepBookkeeping:
         if self._pending and self._ready and not self._complete():
             self._give_up()  # the last backward missed some: name them
         self._samples += _check_step(self, X)
-        self._pending = self._sync_enabled  # decided now, as torch's DDP does
+        self._pending = self.require_backward_grad_sync  # decided now, as torch's DDP does
         self._accumulating |= not self._pending
 
     def _on_grad(self, name: str, p: torch.Tensor) -> None:

@@ -68,6 +68,7 @@ def save_sharded(
     """
     check_group("save_sharded")
     path, partial = Path(path), Path(f"{path}.partial")
+    _check_target(path)
     if isinstance(optimizer, ShardedOptimizer):  # ZeRO-1/2/3 by hand: flat DTensors
         state = {"stage": stage_state(optimizer)}
     else:  # FSDP2's DTensors, or whole tensors, named by parameter
@@ -99,12 +100,48 @@ def load_extra(path: str | Path) -> dict | None:
     return torch.load(extra, map_location="cpu", weights_only=True) if extra.exists() else None
 
 
+def _check_target(path: Path) -> None:
+    """Refuse to save over what is not a checkpoint: a file, or a folder with other things
+    in it (the folder that was there is replaced, and deleted)."""
+    if path.exists() and not (
+        path.is_dir() and (is_sharded_checkpoint(path) or not any(path.iterdir()))
+    ):
+        raise ValueError(
+            f"{str(path)!r} exists and is not a checkpoint that save_sharded wrote "
+            f"({'a file' if not path.is_dir() else 'a folder with other files'}); saving "
+            f"there would replace it. Give a new path, or delete it first"
+        )
+
+
 def _check_checkpoint(path: str | Path) -> None:
+    """Refuse a folder that is not a whole checkpoint, naming the file at fault: the
+    ``.metadata`` missing or unreadable, or a shard file missing or shorter than the
+    pieces that ``.metadata`` says it holds (DCP's own error names neither)."""
     if not is_sharded_checkpoint(path):
         raise FileNotFoundError(
             f"no DCP checkpoint at {str(path)!r} (its .metadata file is missing): "
             f"give the folder that save_sharded wrote"
         )
+    try:
+        metadata = dcp.FileSystemReader(str(path)).read_metadata()
+    except Exception as err:  # noqa: BLE001 - unpickling a damaged file raises anything
+        raise ValueError(
+            f"the checkpoint at {str(path)!r} is damaged: its .metadata file cannot be read "
+            f"({type(err).__name__}: {err}). Load an older checkpoint, or save again"
+        ) from err
+    needed: dict[str, int] = {}  # shard file: the bytes its pieces reach
+    for info in (metadata.storage_data or {}).values():
+        end = info.offset + info.length
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), end)
+    for name, end in sorted(needed.items()):
+        file = Path(path) / name
+        size = file.stat().st_size if file.is_file() else None
+        if size is None or size < end:
+            raise ValueError(
+                f"the checkpoint at {str(path)!r} is damaged: its shard file {name} is "
+                + ("missing" if size is None else f"{size:,} bytes long, {end:,} expected")
+                + ". Load an older checkpoint, or save again"
+            )
 
 
 def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: str | Path) -> None:

@@ -66,10 +66,14 @@ def check_precision(mode: MathMode | None, name: str) -> MathMode | None:
 class ShardedOptimizer(torch.optim.Optimizer):
     """What the three stages share: an optimizer over this rank's shard. It is a
     ``torch.optim.Optimizer`` whose ``param_groups`` and ``state`` are those of the real
-    optimizer over the shard, so learning-rate schedulers, ``set_lr``, ``step(closure)``,
-    ``zero_grad(set_to_none)`` and ``state_dict()`` / ``load_state_dict()`` (this rank's
-    shard of the state) work as on any optimizer. ``layout`` holds a stage's own settings
-    (Zero2's bucket cap, Zero3's prefetch), which every rank must share."""
+    optimizer over the shard, so learning-rate schedulers, ``set_lr``, ``step(closure)`` and
+    ``zero_grad(set_to_none)`` work as on any optimizer. ``state_dict()`` is the *whole*
+    state, as torch's ``ZeroRedundancyOptimizer`` gives it: gathered to one rank by
+    ``consolidate_state_dict(to)`` (every rank calls it), refused before, so that rank 0's
+    ``torch.save(optimizer.state_dict())`` never keeps ``1/N`` of the moments in silence;
+    ``load_state_dict()`` takes it at any world size. ``shard_state_dict()`` /
+    ``load_shard_state_dict()`` are this rank's shard alone. ``layout`` holds a stage's own
+    settings (Zero2's bucket cap, Zero3's prefetch), which every rank must share."""
 
     def __init__(
         self,
@@ -121,6 +125,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
         torch.optim.Optimizer.__init__(self, self.shard_params, dict(self.inner.defaults))
         self._building = False
         self.param_groups, self.state = self.inner.param_groups, self.inner.state  # one copy
+        self.inner.register_step_post_hook(self._forget_consolidated)  # it is stale after a step
+
+    def _forget_consolidated(self, *_) -> None:
+        self._consolidated = None
 
     def add_param_group(self, param_group: dict) -> None:
         if getattr(self, "_building", False):
@@ -130,13 +138,62 @@ class ShardedOptimizer(torch.optim.Optimizer):
             f"with, in one group; to train other parameters, shard a model that holds them"
         )
 
+    def consolidate_state_dict(self, to: int = 0) -> None:
+        """Gather the ranks' shards of the optimizer state into one whole ``state_dict``, kept
+        on rank ``to`` for ``state_dict()`` until the next step. Every rank calls it, as with
+        torch's ``ZeroRedundancyOptimizer``."""
+        from .flat_state import whole_state  # it builds on this class
+
+        if type(to) is not int or not 0 <= to < self.world_size:
+            raise ValueError(f"to must be a rank, 0 to {self.world_size - 1}, got {to!r}")
+        whole = whole_state(self)
+        self._consolidated = (to, whole if self.rank == to else None)
+
     def state_dict(self) -> dict:
-        """This rank's shard of the optimizer state (a checkpoint holds one per rank)."""
-        return self.inner.state_dict()
+        """The whole optimizer state, as a plain optimizer over the model's trainable
+        parameters holds it, after ``consolidate_state_dict(to)``, on rank ``to``; it loads
+        at any world size. No rank holds it otherwise, and saying so beats a silent shard."""
+        to, whole = getattr(self, "_consolidated", None) or (None, None)
+        if whole is not None:
+            return whole
+        where = (
+            "no rank has gathered it" if to is None else f"rank {to} holds it, this is {self.rank}"
+        )
+        raise RuntimeError(
+            f"{type(self).__name__}.state_dict(): each rank holds only its shard of the "
+            f"optimizer state ({where}). Call optimizer.consolidate_state_dict(to=0) on every "
+            f"rank after the step, then state_dict() on rank 0 (as torch's "
+            f"ZeroRedundancyOptimizer asks); or save_sharded(model, optimizer, path) on every "
+            f"rank; or shard_state_dict() for this rank's shard alone"
+        )
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Load what ``state_dict()`` gave on this rank, for the same layout and world size."""
-        self.inner.load_state_dict(state_dict)
+        """Load a whole ``state_dict()`` (saved at any world size, or a plain optimizer's over
+        the same trainable parameters) on every rank: each keeps the pieces of its shard."""
+        from .flat_state import load_whole_state
+
+        load_whole_state(self, state_dict)
+
+    def shard_state_dict(self) -> dict:
+        """This rank's shard of the optimizer state, marked with its rank and world size."""
+        from .flat_state import SHARD_OF
+
+        shard = {"rank": self.rank, "world_size": self.world_size}
+        return {SHARD_OF: shard, **self.inner.state_dict()}
+
+    def load_shard_state_dict(self, state_dict: dict) -> None:
+        """Load what ``shard_state_dict()`` gave on this rank, at this world size and layout."""
+        from .flat_state import SHARD_OF
+
+        mine = {"rank": self.rank, "world_size": self.world_size}
+        if not isinstance(state_dict, dict) or state_dict.get(SHARD_OF) != mine:
+            got = state_dict.get(SHARD_OF) if isinstance(state_dict, dict) else state_dict
+            raise ValueError(
+                f"{type(self).__name__}.load_shard_state_dict: this is rank {self.rank} of "
+                f"{self.world_size}, the state is {'not a shard' if got is None else got}: "
+                f"load each rank's own shard, or a whole state_dict() with load_state_dict()"
+            )
+        self.inner.load_state_dict({k: v for k, v in state_dict.items() if k != SHARD_OF})
         self.param_groups, self.state = self.inner.param_groups, self.inner.state
 
     @staticmethod
@@ -186,6 +243,11 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 p.grad = None
             elif p.grad is not None:
                 p.grad.zero_()
+
+    def _syncing(self) -> bool:
+        """Whether this backward reduces its gradients: ``False`` while the model's
+        ``require_backward_grad_sync`` is, as torch's DDP reads that attribute."""
+        return getattr(self.net, "require_backward_grad_sync", True) is not False
 
     def _discard_reduced(self) -> None:
         """Drop the gradient shards reduced during backward (the later stages have some)."""

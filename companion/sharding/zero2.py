@@ -18,6 +18,13 @@ that forward did not use is launched with zeros in its place (on every rank,
 in bucket order), then each rank steps its pieces of the parameters that got
 a gradient somewhere and all-gathers its shards, as in ZeRO-1. Same bytes as
 DDP, a reduce-scatter plus an all-gather, and ZeRO-1's flags.
+
+Gradient accumulation as with torch's DDP: while the model's
+``require_backward_grad_sync`` is ``False`` (what ``no_sync()`` sets, and what
+nanoGPT sets by hand on the micro-steps but the last), the hooks add each
+gradient into its bucket and launch nothing; the backward that syncs adds its
+own and reduce-scatters the sums. Between those micro-steps the whole
+gradient is held, as FSDP2's ``set_requires_gradient_sync(False)`` holds it.
 """
 
 from __future__ import annotations
@@ -100,11 +107,12 @@ class Zero2(ShardedOptimizer):
 
     @torch.no_grad()
     def _hook(self, bucket: GradBucket, i: int, p: nn.Parameter) -> None:
-        torch.mul(p.grad, 1.0 / self.world_size, out=bucket.slot(i))
+        bucket.slot(i).add_(p.grad, alpha=1.0 / self.world_size)  # adds up until launched
         p.grad = None  # the whole gradient is not kept
         self._got.add(self._index[id(p)])
-        bucket.ready.add(i)
-        self._launch_ready(flush=False)
+        if self._syncing():  # else accumulate: the buckets wait for a step that syncs
+            bucket.ready.add(i)
+            self._launch_ready(flush=False)
 
     def _launch_ready(self, flush: bool) -> None:
         """Launch buckets in index order: complete ones, or (``flush``) all that are left."""

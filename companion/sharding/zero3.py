@@ -33,6 +33,11 @@ once per gather and gathers bf16 into the unit's buffer, so the model's weights
 *are* bf16 and autograd saves the buffer itself, which the unit frees. Under
 autocast alone, autograd would save the bf16 copies autocast makes, outside the
 buffer, until backward. Gradients are averaged and reduce-scattered in fp32.
+
+Gradient accumulation as ZeRO-2's: while the model's
+``require_backward_grad_sync`` is ``False``, each unit's gradients add up in
+its whole gradient buffer and nothing is reduce-scattered (the gathers still
+run: the parameters are needed whole in every forward and backward).
 """
 
 from __future__ import annotations
@@ -234,12 +239,16 @@ class Zero3(ShardedOptimizer):
         if unit.grad is None:
             unit.grad = unit.layout.empty()
         grad = p.grad.to(unit.grad.dtype)  # reduce in fp32 (param_dtype: bf16 gradients)
-        torch.mul(grad, 1.0 / self.world_size, out=unit.layout.views(unit.grad)[i])
+        unit.layout.views(unit.grad)[i].add_(grad, alpha=1.0 / self.world_size)
         p.grad = None
         self._got.add(self._index[id(p)])
         unit.ready.add(i)
         if len(unit.ready) == len(unit.layout.params):
-            self._reduce_scatter(unit)
+            if self._syncing():
+                self._reduce_scatter(unit)
+            else:  # accumulate: the sum waits in unit.grad for a backward that syncs
+                unit.free()
+                unit.ready = set()
 
     def _reduce_scatter(self, unit: Unit) -> None:
         unit.free()  # its backward is over: free the weights before the gradient goes out

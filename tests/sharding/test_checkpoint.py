@@ -107,3 +107,54 @@ def test_a_checkpoint_never_loads_partly_and_a_resume_steps_a_late_parameter_afr
             assert "0.a.weight" in refused["wrapped in nn.Sequential"], refused
             assert "extra.weight" in refused["one more layer"], refused
         assert_close(resumed, whole, rtol=0, atol=0)
+
+
+DAMAGES = {
+    "metadata corrupt": (".metadata", lambda f: f.write_bytes(b"not a pickle"), ".metadata"),
+    "shard truncated": ("__0_0.distcp", lambda f: f.write_bytes(f.read_bytes()[:100]), "100 bytes"),
+    "shard emptied": ("__1_0.distcp", lambda f: f.write_bytes(b""), "0 bytes"),
+    "shard deleted": ("__1_0.distcp", lambda f: f.unlink(), "missing"),
+}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory, batch):
+    """FSDP2 and ZeRO-3 checkpoints saved by 2 ranks, to damage copies of."""
+    root = tmp_path_factory.mktemp("saved")
+    for method in ("FSDP2", "ZeRO-3"):
+        path = str(root / method)
+        launch(checkpoint_worker, 2, path, "save", *batch, 1, method, backend="gloo", timeout=240)
+    return root
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("method", ["FSDP2", "ZeRO-3"])
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_checkpoint_is_refused_naming_the_file(
+    tmp_path, saved, batch, damage, method, world_size
+):
+    """DCP's own error was ``CheckpointException ranks:dict_keys([0, 1])``, naming no file."""
+    import shutil
+
+    path = tmp_path / "ckpt"
+    shutil.copytree(saved / method, path)
+    name, spoil, says = DAMAGES[damage]
+    spoil(path / name)
+    with pytest.raises(WorkerError, match="is damaged") as err:
+        launch(checkpoint_worker, world_size, str(path), "load", *batch, 1, method, timeout=240)
+    assert name in str(err.value) and says in str(err.value)
+
+
+@pytest.mark.parametrize("what", ["a file", "a folder with other files"])
+def test_saving_over_what_is_not_a_checkpoint_is_refused_and_leaves_it(tmp_path, batch, what):
+    path = tmp_path / "results"
+    if what == "a file":
+        path.write_text("keep me")
+    else:
+        path.mkdir()
+        (path / "notes.txt").write_text("keep me")
+    with pytest.raises(WorkerError, match="is not a checkpoint that save_sharded wrote"):
+        launch(checkpoint_worker, 2, str(path), "save", *batch, 1, backend="gloo", timeout=240)
+    kept = path if what == "a file" else path / "notes.txt"
+    assert kept.read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]

@@ -57,3 +57,52 @@ def test_state_dict_resumes_a_run_as_if_it_never_stopped(runs, world_size, optim
                 atol=1e-12,
                 msg=lambda m: f"{method}, rank {rank}: {m}",
             )
+
+
+def _plain_state(optimizer, steps=3):
+    """One process's optimizer state after ``steps`` steps, and its parameters then."""
+    from companion.sharding.training import full_parameters
+    from companion.sharding.verify import _model
+
+    net = _model()
+    cls, hp = OPTIMIZERS[optimizer]
+    opt = cls([p for p in net.parameters() if p.requires_grad], **hp)
+    for X, y in global_batches(5)[:steps]:
+        torch.nn.functional.cross_entropy(net(X), y).backward()
+        opt.step()
+        opt.zero_grad()
+    return opt.state_dict(), full_parameters(net, opt)
+
+
+@pytest.fixture(scope="module")
+def whole_runs():
+    from .workers import whole_state_worker
+
+    plain = {name: _plain_state(name) for name in OPTIMIZERS}
+    return plain, {n: launch(whole_state_worker, n, plain, timeout=300) for n in (1, 2, 4)}
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("method", ["ZeRO-1", "ZeRO-2", "ZeRO-3"])
+def test_state_dict_is_the_whole_state_and_resumes_at_any_world_size(
+    whole_runs, world_size, method
+):
+    """Issue 54, items 3 and 8: a stage's state_dict() was this rank's shard (1/N of Adam's
+    moments, which rank 1 could not load). It is now refused until consolidated, then rank 0
+    holds a plain optimizer's state, which every rank loads."""
+    plain, runs = whole_runs
+    for optimizer in OPTIMIZERS:
+        expected = one_process(global_batches(5), optimizer)
+        state = runs[world_size][0][method, optimizer, "state"]
+        assert state["param_groups"] == plain[optimizer][0]["param_groups"]
+        torch.testing.assert_close(
+            state["state"], plain[optimizer][0]["state"], rtol=1e-9, atol=1e-12
+        )
+        for rank, out in enumerate(runs[world_size]):
+            assert "consolidate_state_dict(to=0) on every rank" in out[method, optimizer, "before"]
+            if rank:
+                assert f"rank 0 holds it, this is {rank}" in out[method, optimizer, "elsewhere"]
+            for resume in ("resumed", "from plain"):
+                torch.testing.assert_close(
+                    out[method, optimizer, resume], expected, rtol=1e-9, atol=1e-12
+                )

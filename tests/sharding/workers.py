@@ -181,9 +181,22 @@ def scheduled_one_process(optimizer):
     return torch.cat([p.detach().reshape(-1) for p in net.parameters() if p.requires_grad])
 
 
+def _sharded_from(method, whole, cls, hp):
+    """A fresh chapter-6 model whose trainable parameters are ``whole``, under ``method``."""
+    from companion.sharding import shard
+    from companion.sharding.verify import _model
+
+    fresh = _model()
+    with torch.no_grad():
+        trainable = [p for p in fresh.parameters() if p.requires_grad]
+        torch.nn.utils.vector_to_parameters(whole, trainable)
+    return shard(method, fresh, cls, bucket_cap_mb=0.001, **hp)
+
+
 def optimizer_contract_worker(rank, world_size):
     """Each stage under torch's schedulers (warm-up, then StepLR) for 5 steps, and each stage
-    resumed from its state_dict() after 3 steps into a fresh model: the whole parameters."""
+    resumed from its shard_state_dict() after 3 steps into a fresh model: the whole
+    parameters."""
     from companion.sharding import shard
     from companion.sharding.training import full_parameters
     from companion.sharding.verify import OPTIMIZERS, _model, _share_loss, global_batches
@@ -206,13 +219,9 @@ def optimizer_contract_worker(rank, world_size):
             model, opt = shard(method, _model(), cls, bucket_cap_mb=0.001, **hp)
             for X, y in batches[:3]:
                 share_step(model, opt, X, y)
-            saved, whole = opt.state_dict(), full_parameters(model, opt)
-            fresh = _model()
-            with torch.no_grad():
-                trainable = [p for p in fresh.parameters() if p.requires_grad]
-                torch.nn.utils.vector_to_parameters(whole, trainable)
-            model, opt = shard(method, fresh, cls, bucket_cap_mb=0.001, **hp)
-            opt.load_state_dict(saved)
+            saved, whole = opt.shard_state_dict(), full_parameters(model, opt)
+            model, opt = _sharded_from(method, whole, cls, hp)
+            opt.load_shard_state_dict(saved)
             for X, y in batches[3:]:
                 share_step(model, opt, X, y)
             out[method, optimizer, "resumed"] = full_parameters(model, opt)
@@ -415,3 +424,86 @@ def partial_load_worker(rank, world_size, tmp, method):
     load_sharded(*resumed, f"{tmp}/{method}")
     _late_steps(method, *resumed, range(2, 4), rank, world_size)
     return refused, full_parameters(*resumed), full_parameters(*whole)
+
+
+def sync_attribute_worker(rank, world_size, batches, method, micro_steps):
+    """nanoGPT's accumulation under ``method``: ``require_backward_grad_sync`` set on the
+    model before each micro-step, ``True`` on the last only. The whole parameters after the
+    steps, and the collectives (``{kind: count}``) of each micro-step of the first step and
+    of its ``optimizer.step()``."""
+
+    from companion.sharding.ledger import count_bytes
+    from companion.sharding.training import full_parameters, shard
+    from companion.sharding.verify import OPTIMIZERS, _model, _share_loss
+
+    cls, hp = OPTIMIZERS["Adam"]
+    net, opt = shard(method, _model(), cls, find_unused_parameters=True, **hp)  # DDP's
+    seen = []
+    for step, (X, y) in enumerate(batches):
+        micro = list(zip(X.tensor_split(micro_steps), y.tensor_split(micro_steps)))
+        for i, (X_m, y_m) in enumerate(micro):
+            net.require_backward_grad_sync = i == micro_steps - 1
+            with count_bytes() as ledger:
+                _share_loss(net, X_m, y_m, total=len(y)).backward()
+            if step == 0:
+                seen.append(ledger.counts())
+        with count_bytes() as ledger:
+            opt.step()  # ZeRO-2 with an unused parameter reduces its bucket here
+        if step == 0:
+            seen.append(ledger.counts())
+        opt.zero_grad()
+    return full_parameters(net, opt), seen
+
+
+def whole_state_worker(rank, world_size, plain_states, steps=3):
+    """nanoGPT's optimizer checkpoint under each stage: after ``steps`` steps every rank calls
+    ``consolidate_state_dict(to=0)``, rank 0 alone takes ``state_dict()`` (``torch.save``'s
+    input), every rank loads it into a fresh stage (its parameters set to the saved ones) and
+    trains the remaining steps. Also: ``plain_states[optimizer]``, a one-process optimizer's
+    state after ``steps`` steps, loaded the same way. Per stage and optimizer: rank 0's
+    whole state, what state_dict() raised on the other ranks and before consolidating, and
+    the whole parameters at the end of both resumes."""
+    import torch.distributed as dist
+
+    from companion.sharding import shard
+    from companion.sharding.training import full_parameters
+    from companion.sharding.verify import OPTIMIZERS, _model, _share_loss, global_batches
+
+    batches, out = global_batches(5), {}
+
+    def train(model, opt, part):
+        for X, y in part:
+            _share_loss(model, X, y).backward()
+            opt.step()
+            opt.zero_grad()
+
+    def resumed(method, cls, hp, whole, state):
+        model, opt = _sharded_from(method, whole, cls, hp)
+        opt.load_state_dict(state)
+        train(model, opt, batches[steps:])
+        return full_parameters(model, opt)
+
+    for method in ("ZeRO-1", "ZeRO-2", "ZeRO-3"):
+        for optimizer in OPTIMIZERS:
+            cls, hp = OPTIMIZERS[optimizer]
+            model, opt = shard(method, _model(), cls, bucket_cap_mb=0.001, **hp)
+            train(model, opt, batches[:steps])
+            try:
+                opt.state_dict()
+                out[method, optimizer, "before"] = "returned"
+            except RuntimeError as err:
+                out[method, optimizer, "before"] = str(err)
+            opt.consolidate_state_dict(to=0)
+            whole = full_parameters(model, opt)
+            try:
+                state = opt.state_dict()
+            except RuntimeError as err:
+                state, out[method, optimizer, "elsewhere"] = None, str(err)
+            if rank == 0:
+                out[method, optimizer, "state"] = state
+            box = [state]
+            dist.broadcast_object_list(box, src=0)  # each rank reads rank 0's file
+            out[method, optimizer, "resumed"] = resumed(method, cls, hp, whole, box[0])
+            plain, plain_whole = plain_states[optimizer]
+            out[method, optimizer, "from plain"] = resumed(method, cls, hp, plain_whole, plain)
+    return out
