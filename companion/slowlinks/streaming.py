@@ -24,6 +24,9 @@ things in a DiLoCo meeting, each aimed at the *peak* bandwidth:
 
 With one fragment, no delay, ``mix=1`` and no quantisation it is
 :class:`~companion.slowlinks.averaging.DiLoCo` (tested bit for bit).
+``state_dict()`` holds everything the next steps read, an exchange still in
+flight and the rounding errors kept for later included, so a run resumed
+from it at any step of the schedule equals the run never stopped, bit for bit.
 """
 
 from __future__ import annotations
@@ -155,3 +158,29 @@ class StreamingDiLoCo(DiLoCo):
         flat[a:b].mul_(1 - self.mix).add_(self.start[p].detach(), alpha=self.mix)
         for param, piece in zip(params, flat.split([q.numel() for q in params])):
             param.copy_(piece.view_as(param))
+
+    @torch.no_grad()
+    def state_dict(self) -> dict:
+        """DiLoCo's state and what the next steps read besides: each exchange still in
+        flight (waited for here, so its mean is saved with the step it lands at; the run
+        goes on with that same mean) and each range's quantisation error."""
+        pending = {}
+        for p, (due, finish) in list(self.pending.items()):
+            mean = finish()
+            self.pending[p] = (due, _arrived(mean))  # waited for once
+            pending[p] = (due, mean.clone())
+        leftover = [None if e is None else e.clone() for e in self.leftover]
+        return {**super().state_dict(), "pending": pending, "leftover": leftover}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        super().load_state_dict(state_dict)
+        self.pending = {
+            int(p): (due, _arrived(mean.clone()))
+            for p, (due, mean) in state_dict["pending"].items()
+        }
+        self.leftover = [None if e is None else e.clone() for e in state_dict["leftover"]]
+
+
+def _arrived(mean: torch.Tensor):
+    """An exchange already waited for: its finish returns the mean."""
+    return lambda: mean
