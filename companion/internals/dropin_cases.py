@@ -58,6 +58,13 @@ class _Trunk(nn.Module):
         return self.h1(torch.tanh(h)), self.h2(torch.tanh(h))
 
 
+def _TiedPair() -> nn.Sequential:
+    """Two layers that share one weight (torch's ``test_ddp_checkpointing_weight_sharing``)."""
+    first, second = nn.Linear(2, 2), nn.Linear(2, 2)
+    first.weight = second.weight
+    return nn.Sequential(first, second)
+
+
 class _NoInput(nn.Module):
     def __init__(self):
         super().__init__()
@@ -107,6 +114,10 @@ def _metric_with_autograd(net, x):
 
 def _checkpointed_wrapper(net, x):
     checkpoint(net, x, use_reentrant=False).sum().backward()
+
+
+def _reentrant_wrapper(net, x):
+    checkpoint(net, x, use_reentrant=True).sum().backward()  # forward first under no_grad
 
 
 def _two_backwards(net, x):
@@ -201,6 +212,13 @@ CASES: dict[str, tuple] = {
         "dense",
         False,
         _checkpointed_wrapper,
+    ),
+    "reentrant checkpointed wrapper": (
+        "reentrant torch.utils.checkpoint around the wrapper, a weight tied",
+        _TiedPair,
+        "grad",
+        False,
+        _reentrant_wrapper,
     ),
     "two backwards": (
         "two backward passes, each through its own parameters",

@@ -117,13 +117,18 @@ class NaiveDDP(StepBookkeeping, nn.Module):
         self._params = check_trainable(trainable_parameters(module))
         self._drop_in = finish_in_backward and can_finish_in_backward()
         self.require_backward_grad_sync, self._released = True, False  # torch DDP's name
+        self._no_grad_pass = False  # the last forward pass outside backward had no autograd
         self._new_step()
         broadcast_state(module)
         self._handles = hook_parameters(self, self._params, self._on_grad)
 
     def forward(self, *args, **kwargs):
-        # a forward pass inside backward is a checkpoint's recomputation
-        if torch.is_grad_enabled() and not in_backward():
+        # a forward pass inside backward is a checkpoint's recomputation: it begins the
+        # step only if the first pass ran without autograd (reentrant checkpointing)
+        if not torch.is_grad_enabled():
+            self._no_grad_pass |= not in_backward()
+        elif not in_backward() or self._no_grad_pass:
+            self._no_grad_pass = False
             self._begin(args[0] if args else None)
         return self.module(*args, **kwargs)
 

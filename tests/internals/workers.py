@@ -258,3 +258,32 @@ def unused_through_train_internals(rank, world_size, data, variants):
         ).params
         for v in variants
     }
+
+
+def reentrant_weight_sharing(rank, world_size, steps=5):
+    """Torch's ``test_ddp_checkpointing_weight_sharing[use_reentrant=True]`` on gloo: two
+    ``Linear(20, 20)`` sharing one weight, the *wrapper* run under reentrant checkpointing,
+    MSE loss, SGD, ``zero_grad(set_to_none=False)``, 16 samples per rank. Per variant
+    (torch's DDP first): the gradients of every step."""
+    import torch.distributed as dist
+    from torch.utils.checkpoint import checkpoint
+
+    out = {}
+    for variant in ("torch DDP", "NaiveDDP", "HookedDDP", "BucketedDDP"):
+        set_seed(0)
+        first, second = nn.Linear(20, 20), nn.Linear(20, 20)
+        first.weight = second.weight
+        model = nn.Sequential(first, second).double()
+        net = wrap(model, variant, bucket_cap_mb=0.001)  # several buckets
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+        g = torch.Generator().manual_seed(rank)
+        out[variant] = []
+        for _ in range(steps):
+            x = torch.randn(16, 20, generator=g, dtype=torch.float64, requires_grad=True)
+            y = torch.randn(16, 20, generator=g, dtype=torch.float64)
+            F.mse_loss(checkpoint(net, x, use_reentrant=True), y).backward()
+            out[variant].append(grads_of(model))
+            opt.step()
+            opt.zero_grad(set_to_none=False)
+        dist.barrier()
+    return out
