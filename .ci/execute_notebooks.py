@@ -141,7 +141,8 @@ def run(path: str, out: Path, same_checks: bool, progress: bool = False) -> list
     nb = nbformat.read(path, as_version=4)
     committed = nbformat.read(path, as_version=4) if same_checks else None
     out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="nb-"))  # short: the fork server's socket is made in it
+    short = "/tmp" if os.path.isdir("/tmp") else None  # the runner's own TMPDIR may be deep
+    tmp = Path(tempfile.mkdtemp(prefix="nb-", dir=short))  # the fork server's socket is in it
     patient = Config()
     patient.KernelManager.shutdown_wait_time = 60.0  # exit by itself, atexit handlers run
     client = NotebookClient(

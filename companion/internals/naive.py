@@ -19,7 +19,9 @@ that backward pass has ended. So training code written for torch's DDP
 drives these wrappers unchanged, and what torch's DDP allows works here
 too: an output computed and ignored, two forward passes and one backward,
 several backward passes that together reach every parameter, and
-checkpointing (a recomputation inside backward begins no step). A
+checkpointing: a recomputation inside backward begins no step, unless it
+recomputes a first pass that ran without autograd (reentrant checkpointing
+around the wrapper runs its first pass under ``no_grad``). A
 parameter that got no gradient is named at the next forward pass, as
 torch's DDP does, and one that gets two in one step is refused, as there.
 The hooks live as long as the wrapper (:mod:`.lifetime`): a backward
@@ -62,7 +64,7 @@ from ..collectives.partition import average_gradients
 from ..core.checks import check_instance, check_module
 from ..runtime.agree import check_ranks_agree
 from ..runtime.checkpoint import register_wrapper
-from .lifetime import hook_parameters, in_backward
+from .lifetime import hook_parameters
 from .steps import StepBookkeeping, check_trainable, unused_error
 
 __all__ = [
@@ -117,19 +119,12 @@ class NaiveDDP(StepBookkeeping, nn.Module):
         self._params = check_trainable(trainable_parameters(module))
         self._drop_in = finish_in_backward and can_finish_in_backward()
         self.require_backward_grad_sync, self._released = True, False  # torch DDP's name
-        self._no_grad_pass = False  # the last forward pass outside backward had no autograd
         self._new_step()
         broadcast_state(module)
         self._handles = hook_parameters(self, self._params, self._on_grad)
 
     def forward(self, *args, **kwargs):
-        # a forward pass inside backward is a checkpoint's recomputation: it begins the
-        # step only if the first pass ran without autograd (reentrant checkpointing)
-        if not torch.is_grad_enabled():
-            self._no_grad_pass |= not in_backward()
-        elif not in_backward() or self._no_grad_pass:
-            self._no_grad_pass = False
-            self._begin(args[0] if args else None)
+        self._forward_pass(args[0] if args else None)  # begins a step (checkpoints aside)
         return self.module(*args, **kwargs)
 
     @contextmanager

@@ -20,12 +20,26 @@ import torch
 from torch.autograd import Variable
 
 from ..ddp.unused import UnusedParameters
+from .lifetime import in_backward
 
 __all__ = ["StepBookkeeping", "check_trainable", "unused_error"]
 
 
 class StepBookkeeping:
     """Which gradients of this step have arrived, and when the step is complete."""
+
+    def _forward_pass(self, X) -> None:
+        """A forward pass begins a step; one inside backward is a checkpoint's recomputation
+        within a step already begun, unless it recomputes a first pass that ran without
+        autograd (reentrant checkpointing around the wrapper runs that under no_grad)."""
+        if not torch.is_grad_enabled():  # a metric, or such a first pass
+            self._no_grad_passes += not in_backward() and not self._begun
+        elif not in_backward():
+            self._no_grad_passes = 0
+            self._begin(X)
+        elif self._no_grad_passes:  # in backward: that first pass, recomputed with autograd
+            self._no_grad_passes -= 1
+            self._begin(X)
 
     def _begin(self, X) -> None:
         """A forward pass: communicate in the backward that follows, or accumulate."""
@@ -34,9 +48,11 @@ class StepBookkeeping:
         self._samples += _check_step(self, X)
         self._pending = self.require_backward_grad_sync  # decided now, as torch's DDP does
         self._accumulating |= not self._pending
+        self._begun = True  # until its backward: a pass without autograd then is a metric
 
     def _on_grad(self, name: str, p: torch.Tensor) -> None:
         """A parameter's gradient is complete for this backward pass."""
+        self._begun = False  # a backward is under way
         if not self._pending:
             if self._accumulating:
                 self._used.add(name)  # no_sync(): the gradient stays local
@@ -70,7 +86,8 @@ class StepBookkeeping:
     def _new_step(self) -> None:
         self._samples, self._ready, self._used, self._filled = 0, set(), set(), set()
         self._reachable: set[int] = set()  # for find_unused_parameters: ids of parameters
-        self._pending = self._queued = self._accumulating = False
+        self._pending = self._queued = self._accumulating = self._begun = False
+        self._no_grad_passes = 0  # passes without autograd while no step had begun
 
     def _give_up(self) -> NoReturn:
         """Some parameters never got a gradient: end the step and name them."""

@@ -155,7 +155,7 @@ def _context(start_method: str | None, fn: Callable):
     return ctx
 
 
-SUN_PATH_MAX = 107  # bytes in a Unix socket's path (108 with the closing NUL, on Linux)
+SUN_PATH_MAX = 103 if sys.platform == "darwin" else 107  # a Unix socket path's bytes, NUL not
 
 
 def _check_socket_room() -> None:
@@ -164,8 +164,10 @@ def _check_socket_room() -> None:
     The server listens on ``<temp>/pymp-XXXXXXXX/listener-XXXXXXXX``; a deeper ``TMPDIR``
     makes Python's own ``OSError: AF_UNIX path too long``, which names neither cause nor cure.
     """
-    from multiprocessing import forkserver, process
+    from multiprocessing import forkserver, process, util
 
+    if hasattr(util, "_SUN_PATH_MAX"):
+        return  # this Python falls back to a short folder by itself (gh-132124)
     if getattr(forkserver._forkserver, "_forkserver_address", None) is not None:
         return  # already listening
     base = process.current_process()._config.get("tempdir")

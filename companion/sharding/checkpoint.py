@@ -69,6 +69,9 @@ def save_sharded(
     check_group("save_sharded")
     path, partial = Path(path), Path(f"{path}.partial")
     _check_target(path)
+    if dist.get_rank() == 0:  # what a crashed save left there must not join this one
+        shutil.rmtree(partial, ignore_errors=True)
+    dist.barrier()
     if isinstance(optimizer, ShardedOptimizer):  # ZeRO-1/2/3 by hand: flat DTensors
         state = {"stage": stage_state(optimizer)}
     else:  # FSDP2's DTensors, or whole tensors, named by parameter
@@ -80,6 +83,7 @@ def save_sharded(
         if extra is not None:
             torch.save(extra, partial / EXTRA)
         old = Path(f"{path}.old")
+        shutil.rmtree(old, ignore_errors=True)  # a crashed save's, or os.replace fails
         if path.exists():
             os.replace(path, old)
         os.replace(partial, path)

@@ -48,6 +48,7 @@ from ..internals.naive import broadcast_state, trainable_parameters
 from ..runtime.agree import check_ranks_agree
 from .clip import clip_shards
 from .flat import FlatShards, check_sharding_group
+from .optim_state import SHARD_OF, load_whole_state, whole_state
 
 __all__ = ["ShardedOptimizer", "Zero1", "check_precision"]
 
@@ -142,8 +143,6 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """Gather the ranks' shards of the optimizer state into one whole ``state_dict``, kept
         on rank ``to`` for ``state_dict()`` until the next step. Every rank calls it, as with
         torch's ``ZeroRedundancyOptimizer``."""
-        from .flat_state import whole_state  # it builds on this class
-
         if type(to) is not int or not 0 <= to < self.world_size:
             raise ValueError(f"to must be a rank, 0 to {self.world_size - 1}, got {to!r}")
         whole = whole_state(self)
@@ -170,21 +169,16 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a whole ``state_dict()`` (saved at any world size, or a plain optimizer's over
         the same trainable parameters) on every rank: each keeps the pieces of its shard."""
-        from .flat_state import load_whole_state
-
         load_whole_state(self, state_dict)
+        self._consolidated = None  # gathered before this load: stale
 
     def shard_state_dict(self) -> dict:
         """This rank's shard of the optimizer state, marked with its rank and world size."""
-        from .flat_state import SHARD_OF
-
         shard = {"rank": self.rank, "world_size": self.world_size}
         return {SHARD_OF: shard, **self.inner.state_dict()}
 
     def load_shard_state_dict(self, state_dict: dict) -> None:
         """Load what ``shard_state_dict()`` gave on this rank, at this world size and layout."""
-        from .flat_state import SHARD_OF
-
         mine = {"rank": self.rank, "world_size": self.world_size}
         if not isinstance(state_dict, dict) or state_dict.get(SHARD_OF) != mine:
             got = state_dict.get(SHARD_OF) if isinstance(state_dict, dict) else state_dict
@@ -195,6 +189,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
             )
         self.inner.load_state_dict({k: v for k, v in state_dict.items() if k != SHARD_OF})
         self.param_groups, self.state = self.inner.param_groups, self.inner.state
+        self._consolidated = None
 
     @staticmethod
     def _closure(closure) -> Any:
@@ -245,9 +240,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
                 p.grad.zero_()
 
     def _syncing(self) -> bool:
-        """Whether this backward reduces its gradients: ``False`` while the model's
-        ``require_backward_grad_sync`` is, as torch's DDP reads that attribute."""
-        return getattr(self.net, "require_backward_grad_sync", True) is not False
+        """Whether this backward reduces its gradients: not while the model's
+        ``require_backward_grad_sync`` is false (torch's DDP reads it at forward; the
+        stages, whose model is not a wrapper, when its gradients arrive)."""
+        return bool(getattr(self.net, "require_backward_grad_sync", True))
 
     def _discard_reduced(self) -> None:
         """Drop the gradient shards reduced during backward (the later stages have some)."""

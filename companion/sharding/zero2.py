@@ -6,7 +6,7 @@ ZeRO-1 still holds the whole gradient (``4 * psi`` bytes) until the step.
 ZeRO-2 keeps only its shard of it. The parameters are grouped into chapter
 6's buckets (:func:`~companion.internals.buckets.assign_buckets`, last
 layer first); each bucket is a flat, padded buffer (:class:`~.flat.FlatShards`)
-and each rank owns one shard of every bucket. A gradient hook copies a
+and each rank owns one shard of every bucket. A gradient hook adds a
 finished ``.grad`` (divided by ``N``) into its bucket's gradient buffer and
 drops ``.grad``; when the bucket is complete, an asynchronous
 ``reduce_scatter_single`` starts, as chapter 6's all-reduce did, so it
@@ -20,10 +20,11 @@ a gradient somewhere and all-gathers its shards, as in ZeRO-1. Same bytes as
 DDP, a reduce-scatter plus an all-gather, and ZeRO-1's flags.
 
 Gradient accumulation as with torch's DDP: while the model's
-``require_backward_grad_sync`` is ``False`` (what ``no_sync()`` sets, and what
-nanoGPT sets by hand on the micro-steps but the last), the hooks add each
-gradient into its bucket and launch nothing; the backward that syncs adds its
-own and reduce-scatters the sums. Between those micro-steps the whole
+``require_backward_grad_sync`` is false (the attribute torch DDP's ``no_sync()``
+sets, and that nanoGPT sets by hand on the micro-steps but the last), the hooks
+add each gradient into its bucket and launch nothing; the backward that syncs
+adds its own and reduce-scatters the sums, and ``step()`` sends whatever is
+still accumulated. Between those micro-steps the whole
 gradient is held, as FSDP2's ``set_requires_gradient_sync(False)`` holds it.
 """
 
@@ -126,7 +127,8 @@ class Zero2(ShardedOptimizer):
 
     def _reduce(self) -> list[torch.Tensor]:
         started = any(b.pending for b in self.buckets)
-        if self._next or any(b.ready for b in self.buckets) or not started:
+        left = any(b.ready or b.grad is not None for b in self.buckets)  # accumulated, too
+        if self._next or left or not started:
             self._launch_ready(flush=True)  # unused parameters: zeros, same order everywhere
         return [b.reduced() for b in self.buckets]
 

@@ -19,25 +19,22 @@ life in one step:
   ``N``, reduce-scattered (asynchronously) into this rank's shard and the
   buffer is freed again.
 
-The root unit is gathered once per step and freed after backward, as
-FSDP2 does for its root. ``optimizer.step()`` waits, launches any unit whose
-gradients were incomplete (an unused parameter: zeros), and steps the
-pieces of the parameters that got a gradient on some rank (ZeRO-1's flags). Bytes: an all-gather in forward and another in backward, plus a
-reduce-scatter: 1.5 times DDP's all-reduce. With ``prefetch=True`` the
-gather of the next unit (next in forward order, or in backward order)
-starts while the current one computes. Frozen parameters are not sharded.
+The root unit is gathered once per step and freed after backward, as FSDP2
+does. ``optimizer.step()`` waits, launches any unit whose gradients were
+incomplete (an unused parameter: zeros), and steps the pieces of the
+parameters that got a gradient on some rank (ZeRO-1's flags). Bytes: two
+all-gathers and a reduce-scatter, 1.5 times DDP's all-reduce. With
+``prefetch=True`` the next unit's gather (in forward or backward order) starts
+while the current one computes. Frozen parameters are not sharded.
 
-Mixed precision as FSDP2's ``param_dtype``: with ``param_dtype=torch.bfloat16``
-each rank keeps its fp32 shard (the master copy the optimizer steps), casts it
-once per gather and gathers bf16 into the unit's buffer, so the model's weights
-*are* bf16 and autograd saves the buffer itself, which the unit frees. Under
-autocast alone, autograd would save the bf16 copies autocast makes, outside the
-buffer, until backward. Gradients are averaged and reduce-scattered in fp32.
-
-Gradient accumulation as ZeRO-2's: while the model's
-``require_backward_grad_sync`` is ``False``, each unit's gradients add up in
-its whole gradient buffer and nothing is reduce-scattered (the gathers still
-run: the parameters are needed whole in every forward and backward).
+Mixed precision as FSDP2's ``param_dtype=torch.bfloat16``: each rank keeps its
+fp32 shard (the master copy the optimizer steps), casts it once per gather and
+gathers bf16 into the unit's buffer, so autograd saves the buffer itself, which
+the unit frees (autocast alone would save bf16 copies outside it until
+backward). Gradients are averaged and reduce-scattered in fp32. Accumulation as
+ZeRO-2's: while the model's ``require_backward_grad_sync`` is false, each
+unit's gradients add up in its whole gradient buffer and nothing is
+reduce-scattered (the gathers still run).
 """
 
 from __future__ import annotations
@@ -52,6 +49,7 @@ from torch.utils._pytree import tree_leaves
 
 from ..core.checks import check_choice
 from ..core.compat import all_gather_single, reduce_scatter_single
+from ..internals.lifetime import in_backward
 from ..internals.naive import broadcast_state
 from .flat import FlatShards, default_units
 from .freed import _placeholder, guard_reads, is_placeholder
@@ -139,13 +137,8 @@ class Zero3(ShardedOptimizer):
         net.register_state_dict_pre_hook(self._refuse_state_dict)
         for unit in self.units:
             unit.free()
-        guard_reads(
-            [
-                m
-                for m in net.modules()
-                if any(is_placeholder(p) for p in m.parameters(recurse=False))
-            ]
-        )
+        owners = [m for m in net.modules() if any(map(is_placeholder, m.parameters(False)))]
+        guard_reads(owners)
         self._make_inner([u.layout for u in self.units], [u.shard for u in self.units])
 
     def _build_units(self, units):
@@ -205,6 +198,8 @@ class Zero3(ShardedOptimizer):
             self.timeline.append((f"wait {unit.name}", start, time.perf_counter()))
 
     def _root_pre_forward(self, net, args) -> None:
+        for unit in self.units if not in_backward() else ():  # a new pass: count afresh
+            unit.ready = set()  # what arrived stays in unit.grad
         if self.root is not None:
             self._use(self.root)
 
@@ -262,8 +257,8 @@ class Zero3(ShardedOptimizer):
 
     def _reduce(self) -> list[torch.Tensor]:
         for unit in self.units:  # unused parameters: zeros, in unit order on every rank
-            if unit.ready or not unit.pending:
-                self._reduce_scatter(unit)
+            if unit.ready or unit.grad is not None or not unit.pending:
+                self._reduce_scatter(unit)  # an accumulated sum is never left behind
         return [self._reduced(unit) for unit in self.units]
 
     @torch.no_grad()

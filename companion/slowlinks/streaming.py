@@ -170,9 +170,21 @@ class StreamingDiLoCo(DiLoCo):
             self.pending[p] = (due, _arrived(mean))  # waited for once
             pending[p] = (due, mean.clone())
         leftover = [None if e is None else e.clone() for e in self.leftover]
-        return {**super().state_dict(), "pending": pending, "leftover": leftover}
+        schedule = self._schedule()
+        return {**super().state_dict(), "pending": pending, "leftover": leftover, **schedule}
+
+    def _schedule(self) -> dict:
+        return {"period": self.period, "fragments": self.fragments, "delay": self.delay,
+                "bits": self.bits}  # fmt: skip
 
     def load_state_dict(self, state_dict: dict) -> None:
+        saved = {key: state_dict.get(key, "absent") for key in self._schedule()}
+        if saved != self._schedule():
+            raise ValueError(
+                f"StreamingDiLoCo.load_state_dict: the state was saved with {saved}, this "
+                f"optimizer runs {self._schedule()}: build it with the settings it was saved "
+                f"with (a DiLoCo state has none of them)"
+            )
         super().load_state_dict(state_dict)
         self.pending = {
             int(p): (due, _arrived(mean.clone()))

@@ -90,3 +90,21 @@ def test_reentrant_checkpointing_around_a_wrapper_with_a_tied_weight_averages_as
             for got, want in zip(out[variant], out["torch DDP"]):
                 for g, w in zip(got, want):
                     torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_a_metric_under_no_grad_inside_a_checkpointed_step_changes_nothing(world_size):
+    """A pass without autograd after the step's forward is a metric, not the first pass of a
+    reentrant checkpoint: the recomputation in backward begins no second step (which raised
+    in the fallback and counted the samples twice with weigh_by_samples)."""
+    import torch
+
+    from .workers import metric_inside_checkpointed_step
+
+    for out in launch(metric_inside_checkpointed_step, world_size, backend="gloo", timeout=300):
+        for variant in WRAPPERS[1:]:
+            for fallback in (False, True):
+                plain, with_metric = out[variant, fallback, False], out[variant, fallback, True]
+                assert not isinstance(with_metric, str), with_metric
+                for a, b in zip(plain, with_metric):
+                    torch.testing.assert_close(b, a, rtol=0, atol=0)

@@ -287,3 +287,32 @@ def reentrant_weight_sharing(rank, world_size, steps=5):
             opt.zero_grad(set_to_none=False)
         dist.barrier()
     return out
+
+
+def metric_inside_checkpointed_step(rank, world_size):
+    """Non-reentrant checkpointing around the wrapper, uneven shares, ``weigh_by_samples``;
+    before backward, maybe a metric pass under ``no_grad``. Per variant, mode (drop-in, or
+    the fallback's ``finish()``) and metric: the gradients, or what was raised."""
+    from torch.utils.checkpoint import checkpoint
+
+    out = {}
+    for variant in ("NaiveDDP", "HookedDDP", "BucketedDDP"):
+        for fallback in (False, True):
+            for metric in (False, True):
+                set_seed(0)
+                model = nn.Linear(3, 2).double()
+                net = wrap(model, variant, weigh_by_samples=True, finish_in_backward=not fallback)
+                g = torch.Generator().manual_seed(rank)
+                x = torch.randn(4 + rank, 3, generator=g, dtype=torch.float64)
+                try:
+                    y = checkpoint(net, x, use_reentrant=False)
+                    if metric:
+                        with torch.no_grad():
+                            net(x[:1])  # not the step's: its recomputation must not begin one
+                    y.sum().backward()
+                    if fallback:
+                        net.finish()
+                    out[variant, fallback, metric] = grads_of(model)
+                except RuntimeError as err:
+                    out[variant, fallback, metric] = str(err)
+    return out

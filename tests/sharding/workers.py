@@ -507,3 +507,70 @@ def whole_state_worker(rank, world_size, plain_states, steps=3):
             plain, plain_whole = plain_states[optimizer]
             out[method, optimizer, "from plain"] = resumed(method, cls, hp, plain_whole, plain)
     return out
+
+
+class _Body(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.p, self.q = nn.Linear(12, 12), nn.Linear(12, 12)
+
+    def forward(self, h, use_q: bool):
+        h = torch.relu(self.p(h))
+        return h + torch.tanh(self.q(h)) if use_q else h
+
+
+class Branchy(nn.Module):
+    """A layer ``a``, a unit ``body`` whose second layer ``q`` runs only when ``use_q`` (so a
+    unit is half used in some micro-steps), and a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.body, self.head = nn.Linear(784, 12), _Body(), nn.Linear(12, 10)
+        self.use_q = True
+
+    def forward(self, x):
+        return self.head(self.body(torch.relu(self.a(x.flatten(1))), self.use_q))
+
+
+def branchy(seed=0):
+    from companion.core import set_seed
+
+    set_seed(seed)
+    return Branchy().double()
+
+
+def branchy_one_process(batches, micro_steps, uses):
+    """One process on the global micro-batches, ``use_q`` as in ``uses``, Adam."""
+    from torch.nn import functional as F
+
+    from companion.sharding.verify import OPTIMIZERS
+
+    net = branchy()
+    cls, hp = OPTIMIZERS["Adam"]
+    opt = cls(net.parameters(), **hp)
+    for X, y in batches:
+        for use, X_m, y_m in zip(uses, X.tensor_split(micro_steps), y.tensor_split(micro_steps)):
+            net.use_q = use
+            (F.cross_entropy(net(X_m), y_m, reduction="sum") / len(y)).backward()
+        opt.step()
+        opt.zero_grad()
+    return torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+
+
+def branchy_worker(rank, world_size, batches, method, uses, syncs):
+    """The same under ``method``: micro-step ``i`` runs with ``use_q = uses[i]`` and
+    ``require_backward_grad_sync = syncs[i]``; the whole parameters after the steps."""
+    from companion.sharding.training import full_parameters, shard
+    from companion.sharding.verify import OPTIMIZERS, _share_loss
+
+    cls, hp = OPTIMIZERS["Adam"]
+    net, opt = shard(method, branchy(), cls, find_unused_parameters=True, **hp)
+    model = net.module if hasattr(net, "module") else net
+    for X, y in batches:
+        micro = zip(uses, syncs, X.tensor_split(len(uses)), y.tensor_split(len(uses)))
+        for use, sync, X_m, y_m in micro:
+            model.use_q, net.require_backward_grad_sync = use, sync
+            _share_loss(net, X_m, y_m, total=len(y)).backward()
+        opt.step()
+        opt.zero_grad()
+    return full_parameters(net, opt)

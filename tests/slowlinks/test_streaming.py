@@ -84,3 +84,19 @@ def test_a_resume_at_every_step_of_the_schedule_equals_the_run_never_stopped(wor
     for got in runs:
         for cut in range(1, steps):
             assert torch.equal(got[cut], got["uninterrupted"]), (setting, cut)
+
+
+def test_a_state_saved_with_other_settings_is_refused():
+    import torch.distributed as dist
+
+    from companion.slowlinks import StreamingDiLoCo
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        net = torch.nn.Linear(4, 4)
+        two = StreamingDiLoCo(torch.optim.SGD(net.parameters(), lr=0.1), 8, fragments=2)
+        four = StreamingDiLoCo(torch.optim.SGD(net.parameters(), lr=0.1), 8, fragments=4)
+        with pytest.raises(ValueError, match="build it with the settings it was saved with"):
+            four.load_state_dict(two.state_dict())
+    finally:
+        dist.destroy_process_group()

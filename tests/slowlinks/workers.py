@@ -6,7 +6,8 @@ def streaming_resume_worker(rank, world_size, batches, period, options, cuts):
     """Streaming DiLoCo (inner SGD with momentum and weight decay) over ``batches``, and the
     same run stopped after each step of ``cuts``: its model and optimizer state dicts saved
     (through ``torch.save`` bytes, as a checkpoint file would) and loaded into a fresh
-    model and optimizer that finish the run. The whole parameters at the end of each."""
+    model and optimizer that finish the run (the uninterrupted run takes a state_dict() at
+    every step, as a checkpointing run would). The whole parameters at the end of each."""
     import io
 
     import torch
@@ -28,7 +29,9 @@ def streaming_resume_worker(rank, world_size, batches, period, options, cuts):
             _share_step(net, opt, X.to(device), y.to(device))
 
     net, opt = built()
-    train(net, opt, batches)
+    for X, y in batches:
+        _share_step(net, opt, X.to(device), y.to(device))
+        opt.state_dict()  # a checkpoint taken at every step leaves the run as it was
     out = {"uninterrupted": full_parameters(net, opt)}
     for cut in cuts:
         net, opt = built()
