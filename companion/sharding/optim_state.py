@@ -2,7 +2,7 @@
 
 Used in: chapter 9 (:mod:`.flat_state` saves it with DCP; the stages' ``state_dict()``).
 
-Every rank's inner optimizer holds state for its pieces only. :func:`_optimizer_state`
+Every rank's inner optimizer holds state for its pieces only. ``_optimizer_state``
 lays each per-element state (Adam's moments, SGD's momentum) out as one flat shard per
 layout, as the parameters are, and each counter (Adam's ``step``) as one number per
 parameter. :func:`whole_state` gathers those into what a plain optimizer over the
