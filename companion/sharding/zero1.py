@@ -126,6 +126,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         torch.optim.Optimizer.__init__(self, self.shard_params, dict(self.inner.defaults))
         self._building = False
         self.param_groups, self.state = self.inner.param_groups, self.inner.state  # one copy
+        self._consolidated: tuple[int, dict | None] | None = None  # consolidate_state_dict's
         self.inner.register_step_post_hook(self._forget_consolidated)  # it is stale after a step
 
     def _forget_consolidated(self, *_) -> None:
@@ -152,7 +153,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         """The whole optimizer state, as a plain optimizer over the model's trainable
         parameters holds it, after ``consolidate_state_dict(to)``, on rank ``to``; it loads
         at any world size. No rank holds it otherwise, and saying so beats a silent shard."""
-        to, whole = getattr(self, "_consolidated", None) or (None, None)
+        to, whole = self._consolidated or (None, None)
         if whole is not None:
             return whole
         where = (
