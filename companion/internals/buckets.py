@@ -201,8 +201,8 @@ def _set_grad(p: torch.Tensor, averaged: torch.Tensor) -> None:
     """Write ``averaged`` into ``p.grad``, keeping its layout (new if it has none)."""
     if p.grad is None:
         p.grad = averaged.clone()
-    elif p.grad.is_sparse:
-        p.grad = averaged.to_sparse()
+    elif p.grad.is_sparse:  # as sparse as torch's (an embedding's rows: 1 sparse dim)
+        p.grad = averaged.to_sparse(sparse_dim=p.grad.sparse_dim())
     else:
         with torch.no_grad():
             p.grad.copy_(averaged)

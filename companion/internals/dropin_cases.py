@@ -10,6 +10,8 @@ a local one), whether ``find_unused_parameters`` is on, and the steps.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -39,6 +41,17 @@ class _Two(nn.Module):
 
 def _Spare() -> _Two:
     return _Two(spare=True)
+
+
+@dataclasses.dataclass
+class _Heads:  # a model output that is a dataclass: no pytree node, torch's DDP looks inside
+    first: torch.Tensor
+    second: torch.Tensor
+
+
+class _DataclassOut(_Two):
+    def forward(self, x):  # the two layers' outputs apart, in a dataclass
+        return _Heads(self.a(x), self.b(x))
 
 
 class _Trunk(nn.Module):
@@ -138,6 +151,11 @@ def _summed(net, x):
 
 def _sparse(net, x):
     net(x).sum().backward()
+
+
+def _dataclass(net, x):
+    out = net(x)
+    (out.first.sum() + 2 * out.second.sum()).backward()
 
 
 def _create_graph(net, x):
@@ -254,6 +272,20 @@ CASES: dict[str, tuple] = {
         "index",
         False,
         _sparse,
+    ),
+    "sparse bags": (
+        "nn.EmbeddingBag(sparse=True)",
+        lambda: nn.EmbeddingBag(4, 2, sparse=True),
+        "bags",
+        False,
+        _sparse,
+    ),
+    "dataclass output": (
+        "forward returns a dataclass of tensors",
+        lambda: _DataclassOut(spare=True),
+        "dense",
+        True,
+        _dataclass,
     ),
     "no positional input": ("forward() takes no argument", _NoInput, "none", False, _no_input),
     "backward through .module": (

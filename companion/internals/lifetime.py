@@ -20,6 +20,7 @@ algorithm and not the plumbing:
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -72,10 +73,11 @@ def in_backward() -> bool:
 def reachable_parameters(outputs) -> set[int]:
     """``id`` of every leaf tensor that backward from ``outputs`` can reach.
 
-    ``outputs`` may be a tensor or any nesting of lists, tuples and dicts of
-    them. An empty set when no output has a gradient function (nothing to walk).
+    ``outputs`` may be a tensor or any nesting of lists, tuples, dicts and
+    dataclasses of them (what torch's DDP searches, ``_find_tensors``). An
+    empty set when no output has a gradient function (nothing to walk).
     """
-    tensors = [t for t in tree_leaves(outputs) if isinstance(t, torch.Tensor)]
+    tensors = output_tensors(outputs)
     found = {id(t) for t in tensors if t.requires_grad and t.grad_fn is None}
     stack = [t.grad_fn for t in tensors if t.grad_fn is not None]
     seen = set()
@@ -89,3 +91,18 @@ def reachable_parameters(outputs) -> set[int]:
             found.add(id(variable))
         stack.extend(next_fn for next_fn, _ in fn.next_functions)
     return found
+
+
+def output_tensors(outputs) -> list[torch.Tensor]:
+    """Every tensor in ``outputs``: a tensor, or any nesting of lists, tuples, dicts and
+    dataclasses of them (a dataclass is no pytree node, but torch's DDP looks inside)."""
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    if dataclasses.is_dataclass(outputs) and not isinstance(outputs, type):
+        fields = [getattr(outputs, f.name) for f in dataclasses.fields(outputs)]
+        return [t for field in fields for t in output_tensors(field)]
+    if isinstance(outputs, dict):
+        return [t for value in outputs.values() for t in output_tensors(value)]
+    if isinstance(outputs, (list, tuple)):
+        return [t for item in outputs for t in output_tensors(item)]
+    return [t for t in tree_leaves(outputs) if isinstance(t, torch.Tensor)]

@@ -85,6 +85,13 @@ def can_finish_in_backward() -> bool:
 def broadcast_state(net: nn.Module) -> None:
     """Copy rank 0's parameters and buffers to every rank, in place."""
     _check(net, "broadcast_state")
+    for name, tensor in [*net.named_parameters(), *net.named_buffers()]:
+        if tensor.layout != torch.strided:  # c10d would fail deep inside, naming nothing
+            raise ValueError(
+                f"{name} is a {tensor.layout} tensor: the wrappers and stages broadcast, "
+                f"flatten and average dense tensors only; make it dense (.to_dense()). A "
+                f"sparse gradient of a dense parameter (nn.Embedding(sparse=True)) is fine"
+            )
     with torch.no_grad():
         for tensor in [*net.parameters(), *net.buffers()]:
             dist.broadcast(tensor, src=0)

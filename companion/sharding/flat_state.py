@@ -51,6 +51,11 @@ def _signature(stage: ShardedOptimizer) -> list[list[str]]:
     return [[names[id(p)] for p in layout.params] for layout, _ in stage.layouts]
 
 
+def _grouping(stage: ShardedOptimizer) -> list[list[str]]:
+    """The names of each parameter group's parameters."""
+    return [[stage.named[j][0] for j in js] for js, _ in stage._groups]
+
+
 def _whole(stage: ShardedOptimizer) -> dict[str, torch.Tensor]:
     """Frozen parameters and persistent buffers: whole on every rank."""
     out = {n: p for n, p in stage.net.named_parameters() if not p.requires_grad}
@@ -79,7 +84,13 @@ def stage_state(stage: ShardedOptimizer) -> dict:
     layouts, moment_keys = _signature(stage), sorted(moments)
     try:
         meta = json.dumps(
-            {"layouts": layouts, "groups": groups, "moments": moment_keys, "counters": dtypes}
+            {
+                "layouts": layouts,
+                "groups": groups,
+                "grouping": _grouping(stage),
+                "moments": moment_keys,
+                "counters": dtypes,
+            }
         )
     except TypeError as error:
         raise TypeError(
@@ -168,6 +179,12 @@ def _check_same_rest(stage: ShardedOptimizer, meta: dict, path: str) -> None:
             f"{type(stage).__name__}: the checkpoint's frozen parameters and buffers are not "
             f"this model's: not in it: {sorted(here - saved)}, not in this model: "
             f"{sorted(saved - here)}. Build the model it was saved from"
+        )
+    if meta["grouping"] != _grouping(stage):
+        raise ValueError(
+            f"{type(stage).__name__}: the checkpoint's parameter groups are not this stage's "
+            f"(saved: {meta['grouping']}, here: {_grouping(stage)}): build the stage with the "
+            f"params= groups it was saved with"
         )
     mine = [sorted(k for k in g if k != "params") for g in stage.inner.param_groups]
     theirs = [sorted(g) for g in meta["groups"]]

@@ -41,7 +41,7 @@ from ..core.checks import check_int
 from ..core.precision import MathMode
 from ..internals.naive import broadcast_state, trainable_parameters
 from .flat import check_sharding_group
-from .zero1 import check_precision
+from .scaler import check_precision
 from .zero3 import default_units
 
 __all__ = ["zero_redundancy", "fsdp2", "device_mesh", "mixed_precision_policy"]

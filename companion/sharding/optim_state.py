@@ -22,6 +22,60 @@ from ..core.compat import all_gather_single
 SHARD_OF = "shard of"  # the key that marks shard_state_dict()'s dicts: {"rank", "world_size"}
 
 
+def param_groups_of(stage: Any, params: Any, name: str) -> list[tuple[list[int], dict]]:
+    """``params`` as the stage's groups: ``(indices into stage.named, options)`` each.
+    ``None`` is one group of every trainable parameter; otherwise what torch's optimizers
+    take (parameters, or dicts with ``"params"`` and options), which must hold each
+    trainable parameter of the model exactly once (the stage shards all of them)."""
+    if params is None:
+        return [(list(range(len(stage.named))), {})]
+    if isinstance(params, (torch.Tensor, dict)):
+        params = [params]
+    try:
+        groups = list(params)
+    except TypeError:
+        groups = None
+    if not groups:
+        raise TypeError(
+            f"{name}: params must be the model's trainable parameters or a list of groups "
+            f"(dicts with 'params'), as torch's optimizers take them, got {params!r}"
+        )
+    if not isinstance(groups[0], dict):
+        groups = [{"params": groups}]
+    names = {id(p): n for n, p in stage.net.named_parameters()}
+    out, seen = [], {}
+    for g, group in enumerate(groups):
+        if not isinstance(group, dict) or "params" not in group:
+            raise TypeError(f"{name}: group {g} must be a dict with 'params', got {group!r}")
+        members = group["params"]
+        members = [members] if isinstance(members, torch.Tensor) else list(members)
+        js = []
+        for p in members:
+            if id(p) not in stage._index:
+                what = "a frozen parameter" if id(p) in names else "not a parameter of the model"
+                label = names.get(id(p), f"a tensor of shape {tuple(getattr(p, 'shape', ()))}")
+                raise ValueError(
+                    f"{name}: group {g} holds {label}, {what}: the groups hold the model's "
+                    f"trainable parameters, each once"
+                )
+            j = stage._index[id(p)]
+            if j in seen:
+                raise ValueError(
+                    f"{name}: {stage.named[j][0]} is in group {seen[j]} and group {g}: "
+                    f"put each parameter in one group"
+                )
+            seen[j] = g
+            js.append(j)
+        out.append((js, {k: v for k, v in group.items() if k != "params"}))
+    missing = [n for j, (n, _) in enumerate(stage.named) if j not in seen]
+    if missing:
+        raise ValueError(
+            f"{name}: the groups leave out trainable parameters {missing}: the stage shards "
+            f"and steps every one; put them in a group (or set requires_grad=False first)"
+        )
+    return out
+
+
 def _zero_flats(stage: Any) -> list[torch.Tensor]:
     """One zero shard per layout: where a per-element optimizer state is laid out."""
     return [torch.zeros_like(shard) for _, shard in stage.layouts]
@@ -74,21 +128,25 @@ def whole_state(stage: Any) -> dict:
     optimizer over the model's trainable parameters (``named_parameters`` order) would hold
     after the same steps. A collective: every rank calls it, and gets it."""
     moments, counters, has, dtypes = _optimizer_state(stage)
-    index = {id(p): j for j, (_, p) in enumerate(stage.named)}
-    state: dict[int, dict] = {j: {} for j in range(len(stage.named)) if has[j] > 0}
+    at = {j: i for i, j in enumerate(stage._order)}  # a plain optimizer numbers them so
+    state: dict[int, dict] = {at[j]: {} for j in stage._order if has[j] > 0}
     for key, dtype in dtypes.items():
-        for j in state:
-            state[j][key] = torch.tensor(counters[key][j].item(), dtype=getattr(torch, dtype))
+        for j in stage._order:
+            if at[j] in state:
+                value = counters[key][j].item()
+                state[at[j]][key] = torch.tensor(value, dtype=getattr(torch, dtype))
     for key, flats in moments.items():
         for (layout, _), mine in zip(stage.layouts, flats):
             full = layout.empty().to(mine.dtype)
             all_gather_single(full, mine)
             for p, view in zip(layout.params, layout.views(full)):
-                if index[id(p)] in state:
-                    state[index[id(p)]][key] = view.clone()
-    (group,) = stage.inner.param_groups
-    settings = {k: v for k, v in group.items() if k != "params"}
-    return {"state": state, "param_groups": [{**settings, "params": list(range(len(index)))}]}
+                if at[stage._index[id(p)]] in state:
+                    state[at[stage._index[id(p)]]][key] = view.clone()
+    groups = []
+    for (js, _), group in zip(stage._groups, stage.inner.param_groups):
+        settings = {k: v for k, v in group.items() if k != "params"}
+        groups.append({**settings, "params": [at[j] for j in js]})
+    return {"state": state, "param_groups": groups}
 
 
 @torch.no_grad()
@@ -103,22 +161,25 @@ def load_whole_state(stage: Any, whole: dict) -> None:
         )
     if not (isinstance(whole, dict) and {"state", "param_groups"} <= set(whole)):
         raise TypeError(f"{name}.load_state_dict: pass what state_dict() returned, got {whole!r}")
-    groups, n = whole["param_groups"], len(stage.named)
-    if len(groups) != 1 or list(groups[0]["params"]) != list(range(n)):
+    groups, sizes = whole["param_groups"], [len(js) for js, _ in stage._groups]
+    if [len(g["params"]) for g in groups] != sizes or [i for g in groups for i in g["params"]] != (
+        list(range(sum(sizes)))
+    ):
         raise ValueError(
-            f"{name}.load_state_dict: the state is not of this model's {n} trainable parameters "
-            f"in one group ({[len(g['params']) for g in groups]} parameters in "
-            f"{len(groups)} group(s)): a shard's state (shard_state_dict()) loads with "
+            f"{name}.load_state_dict: the state is not of this model's trainable parameters "
+            f"in this stage's groups ({sizes} parameters; the state: "
+            f"{[len(g['params']) for g in groups]}): build the stage with the groups it was "
+            f"saved with; a shard's state (shard_state_dict()) loads with "
             f"load_shard_state_dict() on the rank and world size that saved it"
         )
-    settings = {k: v for k, v in groups[0].items() if k != "params"}
-    if not set(stage.inner.defaults) <= set(settings):  # a scheduler adds initial_lr: fine
+    settings = [{k: v for k, v in g.items() if k != "params"} for g in groups]
+    if not all(set(stage.inner.defaults) <= set(s) for s in settings):  # initial_lr: fine
         raise ValueError(
             f"{name}.load_state_dict: the state is another optimizer's than this stage's "
-            f"{type(stage.inner).__name__} (its settings: {sorted(settings)}); build the "
+            f"{type(stage.inner).__name__} (its settings: {sorted(settings[0])}); build the "
             f"stage with the optimizer class it was saved with"
         )
-    saved = {int(j): s for j, s in whole["state"].items()}
+    saved = {stage._order[int(i)]: s for i, s in whole["state"].items()}
     for j, (pname, p) in enumerate(stage.named):
         for key, v in saved.get(j, {}).items():
             if torch.is_tensor(v) and v.dim() > 0 and v.shape != p.shape:
@@ -138,16 +199,20 @@ def load_whole_state(stage: Any, whole: dict) -> None:
             tensors = [saved.get(stage._index[id(p)], {}).get(key) for p in layout.params]
             full = layout.flatten([None if t is None else t.to(shard) for t in tensors])
             flat[key, k] = layout.shard(full)
+    at = {id(piece): i for i, piece in enumerate(stage.shard_params)}  # the inner's numbers
     state = {  # this rank's shard in the inner optimizer's own format: torch's load casts it
-        i: {
+        at[id(piece)]: {
             key: flat[key, k][where].clone()
             if torch.is_tensor(v) and v.dim() > 0
             else (v.clone() if torch.is_tensor(v) else v)  # Adam adds to its step in place
             for key, v in saved[j].items()
         }
-        for i, (j, k, where, _) in enumerate(stage.pieces)
+        for j, k, where, piece in stage.pieces
         if j in saved
     }
-    mine = list(range(len(stage.shard_params)))
-    stage.inner.load_state_dict({"state": state, "param_groups": [{**settings, "params": mine}]})
+    mine = [
+        {**options, "params": [at[id(p)] for p in group["params"]]}
+        for options, group in zip(settings, stage.inner.param_groups)
+    ]
+    stage.inner.load_state_dict({"state": state, "param_groups": mine})
     stage.param_groups, stage.state = stage.inner.param_groups, stage.inner.state

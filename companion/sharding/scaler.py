@@ -27,8 +27,9 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
 from ..core.checks import check_instance, check_int, check_positive
+from ..core.precision import MathMode
 
-__all__ = ["ShardedScaler", "gradient_shards"]
+__all__ = ["ShardedScaler", "gradient_shards", "check_precision"]
 
 
 def gradient_shards(optimizer: Any) -> list[torch.Tensor]:
@@ -98,3 +99,12 @@ class ShardedScaler:
         elif self.good == self.interval:
             self.scale_factor, self.good = self.scale_factor * self.growth, 0
         self.found_inf = None
+
+
+def check_precision(mode: MathMode | None, name: str) -> MathMode | None:
+    """``mode``, a :class:`MathMode` or ``None`` (fp32). Every method trains in fp32, bf16
+    and fp16; fp16's loss scaler must agree on overflows across ranks
+    (:class:`ShardedScaler`, which ``train_sharded`` uses)."""
+    if mode is not None:
+        check_instance(mode, "mode", MathMode, "pass MathMode(precision, device), or None for fp32")
+    return mode

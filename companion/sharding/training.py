@@ -35,8 +35,8 @@ from ..runtime.checkpoint import unwrap
 from ..runtime.epochs import Rank, train_epochs
 from ..runtime.group import check_group, ddp_device_ids, rank_device
 from .library import fsdp2, zero_redundancy
-from .scaler import ShardedScaler
-from .zero1 import Zero1, check_precision
+from .scaler import ShardedScaler, check_precision
+from .zero1 import Zero1
 from .zero2 import Zero2
 from .zero3 import Zero3
 
@@ -65,6 +65,12 @@ def _check_shard(method: str, mode: MathMode | None, defaults: dict) -> None:
     check_choice(method, "method", METHODS)
     check_precision(mode, method)
     _check_optimizer_options(defaults)
+    if "params" in defaults and not method.startswith("ZeRO-"):
+        raise ValueError(
+            f"shard: params= (parameter groups) is for the hand-written stages ZeRO-1/2/3; "
+            f"{method} changes or wraps the parameters, so build its optimizer over the "
+            f"wrapped model's parameters yourself"
+        )
 
 
 def _check_method(method: str, cfg: DDPConfig) -> MathMode:

@@ -41,27 +41,17 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..core.checks import check_instance, check_module
+from ..core.checks import check_module, check_positive
 from ..core.compat import all_gather_single, reduce_scatter_single
-from ..core.precision import MathMode
 from ..internals.naive import broadcast_state, trainable_parameters
 from ..runtime.agree import check_ranks_agree
-from .clip import clip_shards
+from .clip import _guard_torch_clipping, clip_shards
 from .flat import FlatShards, check_sharding_group
-from .optim_state import SHARD_OF, load_whole_state, whole_state
+from .optim_state import SHARD_OF, load_whole_state, param_groups_of, whole_state
 
-__all__ = ["ShardedOptimizer", "Zero1", "check_precision"]
+__all__ = ["ShardedOptimizer", "Zero1"]
 
 _SHARDED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its stage
-
-
-def check_precision(mode: MathMode | None, name: str) -> MathMode | None:
-    """``mode``, a :class:`MathMode` or ``None`` (fp32). Every method trains in fp32, bf16
-    and fp16; fp16's loss scaler must agree on overflows across ranks
-    (:class:`~.scaler.ShardedScaler`, which ``train_sharded`` uses)."""
-    if mode is not None:
-        check_instance(mode, "mode", MathMode, "pass MathMode(precision, device), or None for fp32")
-    return mode
 
 
 class ShardedOptimizer(torch.optim.Optimizer):
@@ -73,8 +63,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
     ``consolidate_state_dict(to)`` (every rank calls it), refused before, so that rank 0's
     ``torch.save(optimizer.state_dict())`` never keeps ``1/N`` of the moments in silence;
     ``load_state_dict()`` takes it at any world size. ``shard_state_dict()`` /
-    ``load_shard_state_dict()`` are this rank's shard alone. ``layout`` holds a stage's own
-    settings (Zero2's bucket cap, Zero3's prefetch), which every rank must share."""
+    ``load_shard_state_dict()`` are this rank's shard alone. ``params``: parameter groups
+    as torch's optimizers take them (each trainable parameter once), or ``None`` for one."""
 
     def __init__(
         self,
@@ -82,6 +72,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         optimizer_class: type,
         name: str,
         layout: dict | None = None,
+        params: Any = None,
         **defaults: Any,
     ):
         check_module(net, "net")
@@ -103,11 +94,15 @@ class ShardedOptimizer(torch.optim.Optimizer):
         if not self.named:
             raise ValueError(f"{name}: the model has no trainable parameters: nothing to shard")
         self._index = {id(p): j for j, (_, p) in enumerate(self.named)}
+        self._groups = param_groups_of(self, params, name)  # [(indices, options)]
+        self._order = [j for js, _ in self._groups for j in js]  # a plain optimizer's order
         self._got: set[int] = set()  # parameters that got a gradient since zero_grad()
         self._ready: list[torch.Tensor] | None = None  # this step's reduced shards, once reduced
+        groups = [([self.named[j][0] for j in js], repr(opts)) for js, opts in self._groups]
         settings = {"optimizer": optimizer_class.__name__, **(layout or {}), **defaults}
-        check_ranks_agree(net, settings, name)  # the same layout and settings on every rank
+        check_ranks_agree(net, {**settings, "groups": groups}, name)  # alike on every rank
         _SHARDED[net] = name
+        _guard_torch_clipping(self)  # torch's clip_grad_norm_ refuses this stage's parameters
 
     def _make_inner(self, layouts: list[FlatShards], shards: list[torch.Tensor]) -> None:
         """The real optimizer, over this rank's part of each parameter: leaf views of
@@ -118,10 +113,14 @@ class ShardedOptimizer(torch.optim.Optimizer):
             for k, (layout, shard) in enumerate(zip(layouts, shards))
             for i, where in layout.pieces()
         ]
-        self.shard_params = [piece for *_, piece in self.pieces]
-        if not self.shard_params:  # this rank's shards are all padding (a tiny model)
-            self.shard_params = [nn.Parameter(shards[0][:0])]
-        self.inner = self.optimizer_class(self.shard_params, **self.defaults)
+        group_of = {j: g for g, (js, _) in enumerate(self._groups) for j in js}
+        groups = [{**options, "params": []} for _, options in self._groups]
+        for j, *_, piece in self.pieces:  # each piece in its parameter's group
+            groups[group_of[j]]["params"].append(piece)
+        if not self.pieces:  # this rank's shards are all padding (a tiny model)
+            groups[0]["params"].append(nn.Parameter(shards[0][:0]))
+        self.shard_params = [p for g in groups for p in g["params"]]  # the inner's order
+        self.inner = self.optimizer_class(groups, **self.defaults)
         self._building = True  # Optimizer.__init__ adds the one group; later calls refuse
         torch.optim.Optimizer.__init__(self, self.shard_params, dict(self.inner.defaults))
         self._building = False
@@ -137,7 +136,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
             return super().add_param_group(param_group)
         raise NotImplementedError(
             f"{type(self).__name__} shards the trainable parameters of the model it was built "
-            f"with, in one group; to train other parameters, shard a model that holds them"
+            f"with; give their groups when building it, as torch's optimizers take them: "
+            f"{type(self).__name__}(net, torch.optim.AdamW, params=[{{'params': decay, "
+            f"'weight_decay': 0.1}}, {{'params': no_decay, 'weight_decay': 0.0}}], lr=...)"
         )
 
     def consolidate_state_dict(self, to: int = 0) -> None:
@@ -200,7 +201,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         with torch.enable_grad():
             return closure()
 
-    def _step_pieces(self, grads: list[torch.Tensor], got: set[int]) -> None:
+    def _step_pieces(self, grads: list[torch.Tensor], got: set[int], **kwargs: Any) -> None:
         """Step the pieces of every parameter that got a gradient on some rank.
 
         ``grads[k]``: this rank's shard of the averaged gradient of layout ``k``.
@@ -212,7 +213,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
         dist.all_reduce(flags)  # one number per parameter: used on some rank?
         for j, k, where, piece in self.pieces:
             piece.grad = grads[k][where] if flags[j] > 0 else None
-        self.inner.step()
+        self.inner.step(**kwargs)  # keywords go to the inner step, as in torch's ZeRO
         self._ready = None  # the next step reduces its own gradients
 
     @torch.no_grad()
@@ -223,10 +224,23 @@ class ShardedOptimizer(torch.optim.Optimizer):
             self._ready = self._reduce()
         return self._ready
 
-    def clip_grad_norm_(self, max_norm: float) -> torch.Tensor:
+    def clip_grad_norm_(
+        self, max_norm: float, norm_type: float = 2.0, error_if_nonfinite: bool = False
+    ) -> torch.Tensor:
         """Clip this step's gradients to a global norm of at most ``max_norm``, between
-        ``backward()`` and ``step()``; the norm before clipping, the same on every rank."""
-        return clip_shards(self.reduced_grads(), max_norm)
+        ``backward()`` and ``step()``; the norm before clipping, the same on every rank.
+        Torch's ``clip_grad_norm_`` over the model's parameters refuses a stage's: this is
+        the call that replaces it (:mod:`companion.sharding.clip`)."""
+        shards = self.reduced_grads()
+        return clip_shards(shards, max_norm, None, norm_type, error_if_nonfinite)
+
+    @torch.no_grad()
+    def clip_grad_value_(self, clip_value: float) -> None:
+        """Clamp this step's averaged gradient to ``[-clip_value, clip_value]``, between
+        ``backward()`` and ``step()``, as torch's ``clip_grad_value_`` does under DDP."""
+        check_positive(clip_value, "clip_value")
+        for shard in self.reduced_grads():
+            shard.clamp_(-clip_value, clip_value)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """As torch's: this step's gradients are gone, those reduced in backward too."""
@@ -273,10 +287,10 @@ class Zero1(ShardedOptimizer):
         return [mine]
 
     @torch.no_grad()
-    def step(self, closure=None) -> Any:
+    def step(self, closure=None, **kwargs: Any) -> Any:
         loss = self._closure(closure)  # torch's contract: evaluate, then step
         got = {j for j, (_, p) in enumerate(self.named) if p.grad is not None}
-        self._step_pieces(self.reduced_grads(), got)  # my shard of the parameters and state
+        self._step_pieces(self.reduced_grads(), got, **kwargs)  # my shard: parameters, state
         for piece in self.shard_params:
             piece.grad = None  # the whole gradients stay until zero_grad()
         self._whole_again()

@@ -133,9 +133,9 @@ class Zero2(ShardedOptimizer):
         return [b.reduced() for b in self.buckets]
 
     @torch.no_grad()
-    def step(self, closure=None) -> Any:
+    def step(self, closure=None, **kwargs: Any) -> Any:
         loss = self._closure(closure)  # torch's contract: evaluate, then step
-        self._step_pieces(self.reduced_grads(), self._got)
+        self._step_pieces(self.reduced_grads(), self._got, **kwargs)
         self._whole_again()
         return loss
 

@@ -262,9 +262,9 @@ class Zero3(ShardedOptimizer):
         return [self._reduced(unit) for unit in self.units]
 
     @torch.no_grad()
-    def step(self, closure=None) -> Any:
+    def step(self, closure=None, **kwargs: Any) -> Any:
         loss = self._closure(closure)  # torch's contract: evaluate, then step
-        self._step_pieces(self.reduced_grads(), self._got)
+        self._step_pieces(self.reduced_grads(), self._got, **kwargs)
         return loss
 
     def _reduced(self, unit: Unit) -> torch.Tensor:

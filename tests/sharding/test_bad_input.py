@@ -24,6 +24,12 @@ def in_group(call):
         dist.destroy_process_group()
 
 
+def _sparse_parameter() -> nn.Module:
+    net = nn.Module()
+    net.w = nn.Parameter(torch.eye(2).to_sparse())
+    return net
+
+
 def sharded_twice(first, second):
     net = nn.Sequential(nn.Linear(3, 2))
     first(net, torch.optim.SGD, lr=0.1)
@@ -137,6 +143,7 @@ CASES = [
     ("runtime.save_checkpoint of a ZeRO-3 model", lambda t: in_group(lambda: zero3_then(lambda net: rt.save_checkpoint(net, t / "m.pt"))), RuntimeError, r"Zero3: between steps each rank holds only its shard.*save_sharded\(model, optimizer, path\)"),
     ("sharding.stage_state not a stage", lambda t: sh.stage_state(torch.optim.SGD(LIN.parameters(), lr=1)), TypeError, r"stage must be of type ShardedOptimizer, got SGD: pass a Zero1, Zero2 or Zero3"),
     ("sharding.load_stage_state not a stage", lambda t: sh.load_stage_state(None, str(t)), TypeError, r"stage must be of type ShardedOptimizer, got NoneType"),
+    ("sharding.Zero2 a sparse parameter", lambda t: in_group(lambda: sh.Zero2(_sparse_parameter(), torch.optim.SGD, lr=0.1)), ValueError, r"w is a torch\.sparse_coo tensor: the wrappers and stages broadcast, flatten and average dense tensors only; make it dense"),
     ("checkpoint_worker ZeroRedundancyOptimizer", lambda t: sh.checkpoint_worker(0, 1, str(t), "save", None, None, 1, "ZeroRedundancyOptimizer"), ValueError, r"unknown method 'ZeroRedundancyOptimizer'"),
 ]
 # fmt: on

@@ -59,6 +59,74 @@ def test_the_norm_is_the_global_one_and_torch_s_function_misses_it_on_the_stages
         for method in ("DDP", "ZeroRedundancyOptimizer", "FSDP2"):  # torch's own: right
             assert out[method, True] == pytest.approx(whole, rel=1e-12), (method, rank)
         for method in ("ZeRO-2", "ZeRO-3", "ZeRO-3 prefetch"):  # the shards hold the gradient
-            assert out[method, True] == 0.0, (method, rank)
+            assert out[method, True] == 0.0, (method, rank)  # torch's own function, unguarded
+            assert "no parameter holds a .grad and torch would return 0" in out[method, "refused"]
         if world_size > 1:  # ZeRO-1: each rank's own gradient, not yet averaged
             assert out["ZeRO-1", True] != pytest.approx(whole, rel=1e-6), rank
+        assert "each rank still holds its own gradient" in out["ZeRO-1", "refused"]
+        for method in ("DDP", "ZeroRedundancyOptimizer", "FSDP2"):
+            assert out[method, "refused"] is None, (method, rank)
+
+
+def _clipped_one_process(batches, clip):
+    from companion.sharding.training import full_parameters
+
+    net = _model()
+    cls, hp = OPTIMIZERS["SGD momentum"]
+    opt = cls([p for p in net.parameters() if p.requires_grad], **hp)
+    norms = []
+    for X, y in batches:
+        F.cross_entropy(net(X), y).backward()
+        norms.append(float(clip(net.parameters()) or 0.0))
+        opt.step()
+        opt.zero_grad()
+    return full_parameters(net, opt), norms
+
+
+@pytest.fixture(scope="module")
+def torch_clip_runs():
+    from .workers import torch_clip_worker
+
+    batches = global_batches()
+    return batches, {
+        n: launch(torch_clip_worker, n, batches, backend="gloo", timeout=300) for n in (1, 2, 4)
+    }
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_torch_s_clipping_refuses_a_stage_s_parameters_and_names_the_call(
+    torch_clip_runs, world_size
+):
+    """Issue 54, item 2: nanoGPT's torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    returned 0 and clipped nothing under ZeRO-2/3, and clipped each rank's own gradient under
+    ZeRO-1, in silence. It now raises, naming the stage's call; a plain model still clips."""
+    _, runs = torch_clip_runs
+    for rank, out in enumerate(runs[world_size]):
+        for method, stage in (("ZeRO-1", "Zero1"), ("ZeRO-2", "Zero2"), ("ZeRO-3", "Zero3")):
+            for name in ("clip_grad_norm_", "clip_grad_value_"):
+                message = out[method, name]
+                assert f"torch.nn.utils.{name} over the parameters of a model that {stage}" in (
+                    message
+                ), (method, rank, message)
+                assert f"Call optimizer.{name}(...) between backward() and step()" in message
+        assert out["plain"] > 0
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("kind", ["norm 2", "norm 1", "norm inf", "value"])
+def test_the_stage_s_clipping_equals_torch_s_on_one_process(torch_clip_runs, world_size, kind):
+    """The calls that replace torch's: clip_grad_norm_ of order 2, 1 and inf, and
+    clip_grad_value_, on the averaged gradient, equal one process with torch's function."""
+    from .workers import CLIPS
+
+    batches, runs = torch_clip_runs
+    expected, norms = _clipped_one_process(batches, CLIPS[kind][0])
+    unclipped, _ = _clipped_one_process(batches, lambda ps: None)
+    assert not torch.allclose(expected, unclipped)  # the clipping mattered
+    for rank, out in enumerate(runs[world_size]):
+        for method in ("ZeRO-1", "ZeRO-2", "ZeRO-3"):
+            torch.testing.assert_close(
+                out[method, kind], expected, rtol=1e-9, atol=1e-12, msg=lambda m: f"{method} {m}"
+            )
+            got = [out[method, kind, step] for step in range(len(batches))]
+            assert got == pytest.approx(norms, rel=1e-9), (method, rank)

@@ -109,3 +109,45 @@ def test_state_dict_is_the_whole_state_and_resumes_at_any_world_size(
                 torch.testing.assert_close(
                     out[method, optimizer, resume], expected, rtol=1e-9, atol=1e-12
                 )
+
+
+class _Recording(torch.optim.SGD):
+    """SGD whose step takes a keyword, as some optimizers' do; it records what it got."""
+
+    seen: list = []
+
+    def step(self, closure=None, scale=1.0):
+        _Recording.seen.append(scale)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.grad.mul_(scale)
+        return super().step(closure)
+
+
+@pytest.mark.parametrize("stage", [Zero1, Zero2, Zero3])
+def test_step_passes_its_keywords_to_the_inner_optimizer(stage):
+    """Issue 54, item 11: the stages' step(**kwargs) raised TypeError; torch's
+    ZeroRedundancyOptimizer hands the keywords to the optimizer it wraps."""
+    from torch import nn
+
+    from .test_bad_input import in_group
+
+    def run():
+        torch.manual_seed(0)
+        net = nn.Linear(3, 2)
+        before = net.weight.detach().clone()
+        opt = stage(net, _Recording, lr=0.1)
+        net(torch.ones(4, 3)).sum().backward()
+        grad = torch.ones(4, 3).sum(0).expand(2, 3)  # d(sum of outputs)/d(weight)
+        opt.step(scale=0.5)
+        if isinstance(opt, Zero3):
+            (after, _) = opt.full_parameters()
+        else:
+            after = net.weight.detach()
+        return before, after, grad
+
+    _Recording.seen.clear()
+    before, after, grad = in_group(run)
+    assert _Recording.seen == [0.5]
+    torch.testing.assert_close(after, before - 0.1 * 0.5 * grad)

@@ -32,6 +32,8 @@ def old_names_worker(rank, world_size, methods):
 
 # Parameters that get no gradient in some steps (issue 42, items 1 and 4).
 
+import math  # noqa: E402
+
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
@@ -574,3 +576,135 @@ def branchy_worker(rank, world_size, batches, method, uses, syncs):
         opt.step()
         opt.zero_grad()
     return full_parameters(net, opt)
+
+
+CLIPS = {  # how a step is clipped: torch's call on one process, the stage's call
+    "norm 2": (
+        lambda ps: torch.nn.utils.clip_grad_norm_(ps, 0.1),
+        lambda o: o.clip_grad_norm_(0.1),
+    ),
+    "norm 1": (
+        lambda ps: torch.nn.utils.clip_grad_norm_(ps, 0.5, norm_type=1.0),
+        lambda o: o.clip_grad_norm_(0.5, norm_type=1.0),
+    ),
+    "norm inf": (
+        lambda ps: torch.nn.utils.clip_grad_norm_(ps, 0.01, norm_type=math.inf),
+        lambda o: o.clip_grad_norm_(0.01, norm_type=math.inf),
+    ),
+    "value": (
+        lambda ps: torch.nn.utils.clip_grad_value_(ps, 0.002),
+        lambda o: o.clip_grad_value_(0.002),
+    ),
+}
+
+
+def torch_clip_worker(rank, world_size, batches):
+    """Issue 54, item 2: nanoGPT's ``torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)``
+    (and ``clip_grad_value_``) on each stage's model, what it raised; then training clipped by
+    each of :data:`CLIPS` through the stage's own call. Also: torch's call on a plain model
+    built after the stages, which must still work."""
+    from companion.sharding import shard
+    from companion.sharding.training import full_parameters
+    from companion.sharding.verify import OPTIMIZERS, _model, _share_loss
+
+    cls, hp = OPTIMIZERS["SGD momentum"]
+    out = {}
+    for method in ("ZeRO-1", "ZeRO-2", "ZeRO-3"):
+        for kind, (_, clip) in CLIPS.items():
+            model, opt = shard(method, _model(), cls, bucket_cap_mb=0.001, **hp)
+            for step, (X, y) in enumerate(batches):
+                _share_loss(model, X, y).backward()
+                if step == 0:
+                    for name in ("clip_grad_norm_", "clip_grad_value_"):
+                        try:
+                            getattr(torch.nn.utils, name)(model.parameters(), 1.0)
+                            out[method, name] = "returned"
+                        except RuntimeError as err:
+                            out[method, name] = str(err)
+                out[method, kind, step] = float(clip(opt) or 0.0)
+                opt.step()
+                opt.zero_grad()
+            out[method, kind] = full_parameters(model, opt)
+    plain = torch.nn.Linear(3, 2)
+    plain(torch.ones(1, 3)).sum().backward()
+    out["plain"] = float(torch.nn.utils.clip_grad_norm_(plain.parameters(), 1.0))
+    return out
+
+
+def _decay_groups(net):
+    """nanoGPT's configure_optimizers: weight decay on matrices, none on biases."""
+    trainable = [p for p in net.parameters() if p.requires_grad]
+    return [
+        {"params": [p for p in trainable if p.dim() >= 2], "weight_decay": 0.1},
+        {"params": [p for p in trainable if p.dim() < 2], "weight_decay": 0.0, "lr": 3e-3},
+    ]
+
+
+def groups_one_process(batches, steps=3):
+    """One process's AdamW over :func:`_decay_groups`: the parameters after all the batches,
+    and the state after ``steps`` of them (with the parameters then)."""
+    import copy
+
+    import torch.nn.functional as F
+
+    from companion.sharding.training import full_parameters
+    from companion.sharding.verify import _model
+
+    net = _model()
+    opt = torch.optim.AdamW(_decay_groups(net), lr=1e-2)
+    saved = None
+    for i, (X, y) in enumerate(batches):
+        if i == steps:
+            saved = (copy.deepcopy(opt.state_dict()), full_parameters(net, opt))  # not live
+        F.cross_entropy(net(X), y).backward()
+        opt.step()
+        opt.zero_grad()
+    return full_parameters(net, opt), saved
+
+
+def groups_worker(rank, world_size, batches, plain_state, path, steps=3):
+    """Issue 54, item 9: each stage built with nanoGPT's two AdamW groups (``params=``): the
+    parameters after the batches; its consolidated whole state after ``steps`` (rank 0); a
+    fresh stage loaded from one process's state and from a sharded checkpoint, trained on."""
+    import torch.distributed as dist
+
+    from companion.sharding import load_sharded, save_sharded, shard
+    from companion.sharding.training import full_parameters
+    from companion.sharding.verify import _model, _share_loss
+
+    out = {}
+
+    def build(method, whole=None):
+        net = _model()
+        if whole is not None:
+            with torch.no_grad():
+                trainable = [p for p in net.parameters() if p.requires_grad]
+                torch.nn.utils.vector_to_parameters(whole, trainable)
+        opt_kw = {"params": _decay_groups(net), "lr": 1e-2, "bucket_cap_mb": 0.001}
+        return shard(method, net, torch.optim.AdamW, **opt_kw)
+
+    def train(model, opt, part):
+        for X, y in part:
+            _share_loss(model, X, y).backward()
+            opt.step()
+            opt.zero_grad()
+
+    for method in ("ZeRO-1", "ZeRO-2", "ZeRO-3"):
+        model, opt = build(method)
+        train(model, opt, batches[:steps])
+        opt.consolidate_state_dict(to=0)
+        if rank == 0:
+            out[method, "state"] = opt.state_dict()
+        save_sharded(model, opt, f"{path}/{method}")
+        train(model, opt, batches[steps:])
+        out[method, "trained"] = full_parameters(model, opt)
+        model, opt = build(method, plain_state[1])
+        opt.load_state_dict(plain_state[0])
+        train(model, opt, batches[steps:])
+        out[method, "from plain"] = full_parameters(model, opt)
+        model, opt = build(method)
+        load_sharded(model, opt, f"{path}/{method}")
+        train(model, opt, batches[steps:])
+        out[method, "from checkpoint"] = full_parameters(model, opt)
+        dist.barrier()
+    return out
