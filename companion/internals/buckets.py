@@ -40,6 +40,7 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.autograd import Variable
 
 from ..core.checks import check_positive
 from ..runtime.agree import check_ranks_agree
@@ -97,15 +98,9 @@ class BucketedDDP(HookedDDP):
     """Gradients copied into buckets; one async all-reduce per complete bucket."""
 
     def __init__(
-        self,
-        module: nn.Module,
-        bucket_cap_mb: float = 25.0,
-        *,
-        weigh_by_samples=False,
-        find_unused_parameters=False,
-        finish_in_backward=True,
-    ):
-        super().__init__(module, weigh_by_samples, finish_in_backward)
+        self, module: nn.Module, bucket_cap_mb=25.0, *, find_unused_parameters=False, **options
+    ):  # options: NaiveDDP's weigh_by_samples and finish_in_backward
+        super().__init__(module, **options)
         groups = assign_buckets([p for _, p in self._params], bucket_cap_mb)
         self.buckets = [Bucket([self._params[i] for i in g]) for g in groups]
         self.find_unused_parameters = _check_agree(module, bucket_cap_mb, find_unused_parameters)
@@ -119,6 +114,11 @@ class BucketedDDP(HookedDDP):
             b.reset()
         if self.find_unused_parameters:
             fill_unused(self)  # now: their buckets can start during backward
+
+    def _give_up(self) -> None:
+        if not self.find_unused_parameters:  # name the parameters that got no gradient
+            super()._give_up()
+        fill_unused(self, self._missing())  # reached from the outputs, yet unused
 
     def _reduce(self, name: str, p: torch.Tensor) -> None:
         bucket, slot = self._slots[name]
@@ -156,16 +156,22 @@ def note_reachable(net: BucketedDDP, args, out) -> None:
         net._reachable |= reachable_parameters(out)
 
 
-def fill_unused(net: BucketedDDP) -> None:
+def fill_unused(net: BucketedDDP, missing: Sequence[str] | None = None) -> None:
     """Mark ready each parameter that backward cannot reach from forward's outputs.
 
     Its slot holds the gradient it already has, accumulated under
     ``no_sync()``, or zeros, so every rank still launches every bucket and
-    the sum is right wherever the parameter was used.
+    the sum is right wherever the parameter was used. As torch's DDP, the
+    step then ends with this backward pass: ``finish()`` fills the ``missing``
+    ones the same way, parameters that the outputs reach but that got no
+    gradient (an output the loss left out).
     """
+    if missing is None and net._drop_in and not net._queued:
+        net._queued = True
+        Variable._execution_engine.queue_callback(net.finish)
     for b in net.buckets:
         for name, p, slot in zip(b.names, b.params, b.slots):
-            if id(p) not in net._reachable:
+            if (id(p) not in net._reachable) if missing is None else (name in missing):
                 _copy_scaled(p.grad, net._scale, slot)
                 b.ready.add(name)
                 net._filled.add(name)  # ready, with no gradient of this pass
@@ -181,7 +187,7 @@ def used_anywhere(net: BucketedDDP) -> dict[str, bool]:
     names = [n for b in net.buckets for n in b.names]
     if not net.find_unused_parameters:
         return dict.fromkeys(names, True)
-    here = net._ready | net._used
+    here = (net._ready - net._undefined) | net._used  # an undefined gradient is none
     device = net.buckets[0].buffer.device
     flags = torch.tensor([float(n in here) for n in names], device=device)
     dist.all_reduce(flags)

@@ -40,6 +40,13 @@ class HookedDDP(NaiveDDP):
         self._works = []
 
     def _reduce(self, name: str, p: torch.Tensor) -> None:
+        if p.grad is None:
+            raise RuntimeError(
+                f"{type(self).__name__}: backward brought {name} an undefined gradient "
+                f"(autograd's UndefinedGrad), so there is nothing to all-reduce; use "
+                f"BucketedDDP(..., find_unused_parameters=True), which leaves it None as "
+                f"torch's DDP does"
+            )
         p.grad.mul_(self._scale)
         work = dist.all_reduce(p.grad, async_op=True)  # returns at once
         self._works.append(work)

@@ -62,6 +62,8 @@ class StepBookkeeping:
         if not self._ready:
             self._prepare()  # the first gradient of a synchronised backward
         self._ready.add(name)
+        if p.grad is None:  # an undefined gradient (autograd's UndefinedGrad): none from here
+            self._undefined.add(name)
         self._reduce(name, p)
         if self._drop_in and self._complete() and not self._queued:
             self._queued = True  # finish once this backward has ended
@@ -85,6 +87,7 @@ class StepBookkeeping:
 
     def _new_step(self) -> None:
         self._samples, self._ready, self._used, self._filled = 0, set(), set(), set()
+        self._undefined: set[str] = set()  # ready, but backward brought no gradient
         self._reachable: set[int] = set()  # for find_unused_parameters: ids of parameters
         self._pending = self._queued = self._accumulating = self._begun = False
         self._no_grad_passes = 0  # passes without autograd while no step had begun

@@ -109,3 +109,56 @@ def test_a_metric_under_no_grad_inside_a_checkpointed_step_changes_nothing(world
                 assert not isinstance(with_metric, str), with_metric
                 for a, b in zip(plain, with_metric):
                     torch.testing.assert_close(b, a, rtol=0, atol=0)
+
+
+def _same_grads(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert (g is None) == (w is None), (g, w)
+        if w is not None:
+            torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_an_output_left_out_of_the_loss_is_an_unused_parameter_as_in_torch(world_size):
+    """Issue 54, item 10: torch's test_output_unused_in_loss_tuple_module / _dict_module on
+    gloo. An output that forward returns but the loss leaves out: BucketedDDP waited for its
+    parameter's gradient (reachable from the outputs) and raised; torch's DDP counts it unused
+    and leaves its .grad as it was (None stays None)."""
+    from .workers import output_unused_in_loss
+
+    for out in launch(output_unused_in_loss, world_size, backend="gloo", timeout=300):
+        for module in ("tuple", "dict"):
+            torch_s = out[module, "torch DDP"]
+            assert torch_s[0][0] is None  # a's weight untouched by the first backward
+            for step_got, step_want in zip(out[module, "BucketedDDP"], torch_s):
+                _same_grads(step_got, step_want)
+            if world_size == 1:
+                for step_got, step_want in zip(out[module, "local"], torch_s):
+                    _same_grads(step_got, step_want)
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_undefined_gradients_stay_none_as_in_torch(world_size):
+    """Issue 54, item 11: torch's test_undefined_grad_parity_unused_parameters on gloo.
+    BucketedDDP wrote zeros where torch's DDP leaves None; HookedDDP, which all-reduces each
+    gradient as it comes, now says it has none to send."""
+    from .workers import undefined_grads
+
+    for out in launch(undefined_grads, world_size, backend="gloo", timeout=300):
+        assert all(g is None for g in out["local"])
+        for variant in ("torch DDP", "NaiveDDP", "BucketedDDP"):
+            _same_grads(out[variant], out["local"])
+        assert out["HookedDDP"].startswith("HookedDDP: backward brought 2.")
+        assert "an undefined gradient (autograd's UndefinedGrad)" in out["HookedDDP"]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_control_flow_under_no_sync_averages_as_torch(world_size):
+    """Issue 54, item 10: torch's ControlFlowToyModel (a layer used every other iteration),
+    trained inside no_sync(), then synced with and without that layer."""
+    from .workers import control_flow_under_no_sync
+
+    for out in launch(control_flow_under_no_sync, world_size, backend="gloo", timeout=300):
+        for last in ("random", "ones"):
+            _same_grads(out[last, "BucketedDDP"], out[last, "torch DDP"])

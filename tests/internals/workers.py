@@ -316,3 +316,122 @@ def metric_inside_checkpointed_step(rank, world_size):
                 except RuntimeError as err:
                     out[variant, fallback, metric] = str(err)
     return out
+
+
+class _TupleOut(nn.Module):
+    """Torch's ``TwoLinLayerNet`` (distributed_test.py): two outputs, returned apart."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(10, 10, bias=False), nn.Linear(10, 1, bias=False)
+
+    def forward(self, x):
+        return self.a(x), self.b(x)
+
+
+class _DictOut(nn.Module):
+    """Torch's ``DictOutputModule``: the same outputs inside a dict."""
+
+    def __init__(self):
+        super().__init__()
+        self.module = _TupleOut()
+
+    def forward(self, x):
+        return {"predictions": self.module(x), "loss": self.module(x)[1].sum()}
+
+
+def output_unused_in_loss(rank, world_size, steps=6):
+    """Torch's ``test_output_unused_in_loss_tuple_module`` / ``_dict_module`` on gloo, with
+    ``find_unused_parameters``: output ``a`` enters the loss for two iterations, then not;
+    one backward first with ``a`` left out. Per module and variant: ``.grad`` after each
+    backward (``None`` stays ``None``), and one process's for comparison."""
+    import copy
+
+    import torch.distributed as dist
+
+    out = {}
+    for name, build in (("tuple", _TupleOut), ("dict", _DictOut)):
+        set_seed(0)
+        model = build().double()
+        g = torch.Generator().manual_seed(1 + rank)  # inputs differ from rank to rank
+        inputs = [torch.randn(10, 10, generator=g, dtype=torch.float64) for _ in range(steps)]
+        for variant in ("local", "torch DDP", "BucketedDDP"):
+            local = copy.deepcopy(model)
+            net = local if variant == "local" else wrap(local, variant, find_unused_parameters=True)
+            seen = []
+
+            def outputs(x):
+                got = net(x)
+                return got["predictions"] if name == "dict" else got
+
+            a, b = outputs(inputs[0])
+            b.sum().backward()
+            seen.append(grads_of(local))
+            local.zero_grad()
+            for i, x in enumerate(inputs):
+                a, b = outputs(x)
+                (a @ b).sum().backward() if i < 2 else b.sum().backward()
+                seen.append(grads_of(local))
+            out[name, variant] = seen
+            dist.barrier()
+    return out
+
+
+def undefined_grads(rank, world_size):
+    """Torch's ``test_undefined_grad_parity_unused_parameters`` on gloo: backward through
+    ``UndefinedGrad`` leaves every ``.grad`` None in one process and under torch's DDP."""
+    import copy
+
+    x = torch.ones(1, 2, dtype=torch.float64)
+    out = {}
+    set_seed(0)
+    model = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1)).double()
+    for variant in ("local", "torch DDP", "NaiveDDP", "HookedDDP", "BucketedDDP"):
+        local = copy.deepcopy(model)
+        options = (
+            {"find_unused_parameters": True} if variant in ("torch DDP", "BucketedDDP") else {}
+        )
+        net = local if variant == "local" else wrap(local, variant, **options)
+        try:
+            torch._C._functions.UndefinedGrad()(net(x).sum()).backward()
+            out[variant] = grads_of(local)
+            net(x)  # the next step begins
+        except RuntimeError as err:
+            out[variant] = str(err)
+    return out
+
+
+class _ControlFlow(nn.Module):
+    """Torch's ``ControlFlowToyModel``: the second layer runs only on an input of ones."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin1, self.lin2 = nn.Linear(10, 10, bias=False), nn.Linear(10, 10, bias=False)
+
+    def forward(self, x):
+        h = F.relu(self.lin1(x))
+        return self.lin2(h) if torch.equal(x, torch.ones_like(x)) else h
+
+
+def control_flow_under_no_sync(rank, world_size):
+    """``test_ddp_control_flow_same_across_ranks``'s model on gloo, trained inside
+    ``no_sync()`` with the second layer used every other micro-step, then one step that
+    syncs, with or without it. Per ending and variant: ``.grad`` after the synced step."""
+    import torch.distributed as dist
+
+    g = torch.Generator().manual_seed(1 + rank)
+    random = torch.randn(20, 10, generator=g, dtype=torch.float64)
+    ones = torch.ones(20, 10, dtype=torch.float64)
+    out = {}
+    for last in ("random", "ones"):
+        for variant in ("torch DDP", "BucketedDDP"):
+            set_seed(0)
+            model = _ControlFlow().double()
+            net = wrap(model, variant, find_unused_parameters=True)
+            with net.no_sync():
+                for i in range(5):
+                    net(random if i % 2 == 0 else ones).sum().backward()
+            net(random if last == "random" else ones).sum().backward()
+            out[last, variant] = grads_of(model)
+            dist.barrier()
+    return out
