@@ -115,10 +115,10 @@ class BucketedDDP(HookedDDP):
         if self.find_unused_parameters:
             fill_unused(self)  # now: their buckets can start during backward
 
-    def _give_up(self) -> None:
-        if not self.find_unused_parameters:  # name the parameters that got no gradient
-            super()._give_up()
-        fill_unused(self, self._missing())  # reached from the outputs, yet unused
+    def finish(self) -> None:
+        if self.find_unused_parameters and self._pending and self._ready:
+            fill_unused(self, self._missing())  # reached from the outputs, yet unused
+        super().finish()
 
     def _reduce(self, name: str, p: torch.Tensor) -> None:
         bucket, slot = self._slots[name]

@@ -85,9 +85,11 @@ def _whole_norm(shards: Sequence[torch.Tensor], group: Any, norm_type: float) ->
     largest = torch.zeros((), dtype=shards[0].dtype, device=shards[0].device)
     for shard in shards:
         if shard.numel():
-            largest = torch.maximum(largest, shard.abs().max())
-    dist.all_reduce(largest, op=dist.ReduceOp.MAX, group=group)  # the largest anywhere
-    return largest
+            largest = torch.maximum(largest, shard.abs().max())  # NaN if any is NaN
+    nan = torch.isnan(largest)
+    both = torch.stack([torch.where(nan, 0.0, largest), nan.to(largest.dtype)])
+    dist.all_reduce(both, op=dist.ReduceOp.MAX, group=group)  # a backend's MAX may drop NaN
+    return both[0] if both[1] == 0 else torch.full_like(both[0], math.nan)
 
 
 def clip_grad_norm(model: nn.Module, optimizer: Any, max_norm: float) -> torch.Tensor:
@@ -121,13 +123,21 @@ def _refusing_stages(original, name: str):
     @functools.wraps(original)
     def guarded(parameters, *args, **kwargs):
         params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
-        for stage in list(_STAGES):
-            if any(id(p) in stage._index for p in params):
-                raise RuntimeError(_misuse(stage, name))
+        refused = _refusal(params, name)  # a message: the error keeps no stage alive
+        if refused:
+            raise RuntimeError(refused)
         return original(params, *args, **kwargs)
 
     guarded._refuses_stages = True
     return guarded
+
+
+def _refusal(params: list, name: str) -> str | None:
+    """Why torch's ``name`` must not clip ``params`` (some stage's), or ``None``."""
+    for stage in list(_STAGES):
+        if any(id(p) in stage._index for p in params):
+            return _misuse(stage, name)
+    return None
 
 
 def _misuse(stage: Any, name: str) -> str:

@@ -180,10 +180,11 @@ def _check_same_rest(stage: ShardedOptimizer, meta: dict, path: str) -> None:
             f"this model's: not in it: {sorted(here - saved)}, not in this model: "
             f"{sorted(saved - here)}. Build the model it was saved from"
         )
-    if meta["grouping"] != _grouping(stage):
+    grouping = meta.get("grouping", [[name for name, _ in stage.named]])  # older: one group
+    if grouping != _grouping(stage):
         raise ValueError(
             f"{type(stage).__name__}: the checkpoint's parameter groups are not this stage's "
-            f"(saved: {meta['grouping']}, here: {_grouping(stage)}): build the stage with the "
+            f"(saved: {grouping}, here: {_grouping(stage)}): build the stage with the "
             f"params= groups it was saved with"
         )
     mine = [sorted(k for k in g if k != "params") for g in stage.inner.param_groups]

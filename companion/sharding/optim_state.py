@@ -22,6 +22,13 @@ from ..core.compat import all_gather_single
 SHARD_OF = "shard of"  # the key that marks shard_state_dict()'s dicts: {"rank", "world_size"}
 
 
+def _forget_consolidated(stage: Any, *_) -> None:
+    """A step hook: the whole state gathered before it is stale. ``stage`` is a weak
+    reference, so that the inner optimizer does not keep its stage alive."""
+    if stage() is not None:
+        stage()._consolidated = None
+
+
 def param_groups_of(stage: Any, params: Any, name: str) -> list[tuple[list[int], dict]]:
     """``params`` as the stage's groups: ``(indices into stage.named, options)`` each.
     ``None`` is one group of every trainable parameter; otherwise what torch's optimizers

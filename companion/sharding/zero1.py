@@ -2,39 +2,36 @@
 
 Used in: chapter 9.
 
-With data parallelism every rank holds the same Adam moments for every
-parameter: ``8 * psi`` bytes (fp32 ``exp_avg`` and ``exp_avg_sq``) copied
-``N`` times. ZeRO-1 keeps them once, spread over the ranks. The trainable
-parameters become views into one flat buffer (:class:`~.flat.FlatShards`);
-rank ``r`` builds its optimizer (SGD with momentum, Adam, ...) over *its
-shard only*, so its state is ``1/N`` of the whole. One step:
+With data parallelism every rank holds the same Adam moments for every parameter:
+``8 * psi`` bytes (fp32 ``exp_avg`` and ``exp_avg_sq``) copied ``N`` times. ZeRO-1
+keeps them once, spread over the ranks. The trainable parameters become views into
+one flat buffer (:class:`~.flat.FlatShards`); rank ``r`` builds its optimizer (SGD
+with momentum, Adam, ...) over *its shard only*, so its state is ``1/N`` of the
+whole. One step:
 
 1. after ``loss.backward()`` every rank holds its full local gradient, as in DDP;
-2. ``reduce_scatter_single`` averages the gradients *and* hands each rank
-   only its shard of the average: the first half of a ring all-reduce, the
-   half that rank ``r`` needs;
+2. ``reduce_scatter_single`` averages the gradients *and* hands each rank only its
+   shard of the average: the half of a ring all-reduce that rank ``r`` needs;
 3. each rank steps its own shard (its state, its slice of the parameters);
-4. ``all_gather_single`` sends every updated shard to every rank: the
-   second half of the all-reduce. The parameters are whole again.
+4. ``all_gather_single`` sends every updated shard to every rank, the other
+   half of the all-reduce: the parameters are whole again.
 
-So ZeRO-1 sends the same bytes as DDP's all-reduce, plus one all-reduce of
-a flag per parameter tensor: a parameter that got no gradient on any rank
-(one that forward did not use) is left alone, weight decay and momentum
-included, as torch's optimizer leaves a parameter whose ``.grad`` is
-``None``. The inner optimizer therefore holds one leaf view per parameter,
-its part of this rank's shard (``ShardedOptimizer._step_pieces``). It is
-a drop-in optimizer: ``loss.backward(); optimizer.step();
-optimizer.zero_grad()``, and ``zero_grad()`` drops every gradient of the
-step, those the later stages reduced during backward included.
-``clip_grad_norm_(max_norm)``, between ``backward()`` and ``step()``, clips
-the step's reduced shards by the norm of the whole gradient (:mod:`companion.sharding.clip`).
-Every rank counts equally in the average (``1/N``), as in torch's DDP; with
-uneven local batches, weigh each rank's loss by its share of the samples.
+So ZeRO-1 sends the same bytes as DDP's all-reduce, plus one all-reduce of a
+flag per parameter: one that got no gradient on any rank (forward did not use
+it) is left alone, weight decay and momentum included, as torch's optimizer
+leaves one whose ``.grad`` is ``None``; so the inner optimizer holds one leaf
+view per parameter (``ShardedOptimizer._step_pieces``). It is a drop-in
+optimizer: ``backward(); step(); zero_grad()``, and ``zero_grad()`` drops every
+gradient of the step. ``clip_grad_norm_`` between ``backward()`` and ``step()``
+clips by the whole gradient's norm (:mod:`companion.sharding.clip`). Every rank
+counts equally in the average (``1/N``), as in torch's DDP; with uneven local
+batches, weigh each rank's loss by its share of the samples.
 """
 
 from __future__ import annotations
 
 import weakref
+from functools import partial
 from typing import Any
 
 import torch
@@ -47,7 +44,13 @@ from ..internals.naive import broadcast_state, trainable_parameters
 from ..runtime.agree import check_ranks_agree
 from .clip import _guard_torch_clipping, clip_shards
 from .flat import FlatShards, check_sharding_group
-from .optim_state import SHARD_OF, load_whole_state, param_groups_of, whole_state
+from .optim_state import (
+    SHARD_OF,
+    _forget_consolidated,
+    load_whole_state,
+    param_groups_of,
+    whole_state,
+)
 
 __all__ = ["ShardedOptimizer", "Zero1"]
 
@@ -102,7 +105,6 @@ class ShardedOptimizer(torch.optim.Optimizer):
         settings = {"optimizer": optimizer_class.__name__, **(layout or {}), **defaults}
         check_ranks_agree(net, {**settings, "groups": groups}, name)  # alike on every rank
         _SHARDED[net] = name
-        _guard_torch_clipping(self)  # torch's clip_grad_norm_ refuses this stage's parameters
 
     def _make_inner(self, layouts: list[FlatShards], shards: list[torch.Tensor]) -> None:
         """The real optimizer, over this rank's part of each parameter: leaf views of
@@ -126,10 +128,8 @@ class ShardedOptimizer(torch.optim.Optimizer):
         self._building = False
         self.param_groups, self.state = self.inner.param_groups, self.inner.state  # one copy
         self._consolidated: tuple[int, dict | None] | None = None  # consolidate_state_dict's
-        self.inner.register_step_post_hook(self._forget_consolidated)  # it is stale after a step
-
-    def _forget_consolidated(self, *_) -> None:
-        self._consolidated = None
+        self.inner.register_step_post_hook(partial(_forget_consolidated, weakref.ref(self)))
+        _guard_torch_clipping(self)  # built: torch's clip_grad_norm_ refuses its parameters
 
     def add_param_group(self, param_group: dict) -> None:
         if getattr(self, "_building", False):

@@ -3,6 +3,8 @@ clip_grad_norm between backward and step, equals one process with torch's clip_g
 the global batch, in float64, at world sizes 1-4 with uneven local shares, on the model with a
 tied weight, a frozen layer, an unused parameter and flat sizes that do not divide."""
 
+import math
+
 import pytest
 import torch
 from torch.nn import functional as F
@@ -130,3 +132,45 @@ def test_the_stage_s_clipping_equals_torch_s_on_one_process(torch_clip_runs, wor
             )
             got = [out[method, kind, step] for step in range(len(batches))]
             assert got == pytest.approx(norms, rel=1e-9), (method, rank)
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_a_nan_on_one_rank_makes_the_norm_nan_everywhere(world_size):
+    """gloo's MAX may drop a NaN: the inf-norm all-reduces a NaN flag along."""
+    from .workers import nan_norm_worker
+
+    for out in launch(nan_norm_worker, world_size, backend="gloo", timeout=120):
+        for norm_type in (2.0, math.inf):
+            assert math.isnan(out[norm_type]), (norm_type, out)
+            assert "is nan, so they cannot be clipped" in out[norm_type, "raised"]
+
+
+def test_a_deleted_zero1_no_longer_refuses_torch_s_clipping():
+    """The inner optimizer's step hook holds its stage weakly: once the stage is deleted,
+    without a garbage collection, torch's function clips the model's own gradients."""
+    import gc
+
+    from torch import nn
+
+    from companion.sharding import Zero1
+
+    from .test_bad_input import in_group
+
+    net = nn.Linear(3, 2)
+    torch.optim.SGD(nn.Linear(1, 1).parameters(), lr=0.1)  # the first optimizer of a process
+    # imports torch._dynamo lazily, and that import keeps its callers' frames alive for good
+
+    def run():
+        opt = Zero1(net, torch.optim.SGD, lr=0.1)
+        net(torch.ones(1, 3)).sum().backward()
+        with pytest.raises(RuntimeError, match="a model that Zero1 shards"):
+            torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        del opt
+        return torch.nn.utils.clip_grad_norm_(net.parameters(), 1e9)
+
+    gc.disable()
+    try:
+        norm = in_group(run)
+    finally:
+        gc.enable()
+    assert float(norm) > 0

@@ -708,3 +708,20 @@ def groups_worker(rank, world_size, batches, plain_state, path, steps=3):
         out[method, "from checkpoint"] = full_parameters(model, opt)
         dist.barrier()
     return out
+
+
+def nan_norm_worker(rank, world_size):
+    """A NaN in the last rank's shard only: the inf-norm and the 2-norm of the whole gradient
+    are NaN on every rank, and ``error_if_nonfinite`` raises on every rank."""
+    from companion.sharding import clip_shards
+
+    out = {}
+    for norm_type in (2.0, math.inf):
+        bad = math.nan if rank == world_size - 1 else 0.5
+        out[norm_type] = float(clip_shards([torch.tensor([1.0, bad])], 1.0, None, norm_type))
+        try:
+            clip_shards([torch.tensor([1.0, bad])], 1.0, None, norm_type, error_if_nonfinite=True)
+            out[norm_type, "raised"] = None
+        except RuntimeError as err:
+            out[norm_type, "raised"] = str(err)
+    return out
