@@ -135,20 +135,19 @@ def whole_state(stage: Any) -> dict:
     optimizer over the model's trainable parameters (``named_parameters`` order) would hold
     after the same steps. A collective: every rank calls it, and gets it."""
     moments, counters, has, dtypes = _optimizer_state(stage)
-    at = {j: i for i, j in enumerate(stage._order)}  # a plain optimizer numbers them so
-    state: dict[int, dict] = {at[j]: {} for j in stage._order if has[j] > 0}
+    state: dict[int, dict] = {j: {} for j in range(len(stage.named)) if has[j] > 0}
     for key, dtype in dtypes.items():
-        for j in stage._order:
-            if at[j] in state:
-                value = counters[key][j].item()
-                state[at[j]][key] = torch.tensor(value, dtype=getattr(torch, dtype))
+        for j in state:
+            state[j][key] = torch.tensor(counters[key][j].item(), dtype=getattr(torch, dtype))
     for key, flats in moments.items():
         for (layout, _), mine in zip(stage.layouts, flats):
             full = layout.empty().to(mine.dtype)
             all_gather_single(full, mine)
             for p, view in zip(layout.params, layout.views(full)):
-                if at[stage._index[id(p)]] in state:
-                    state[at[stage._index[id(p)]]][key] = view.clone()
+                if stage._index[id(p)] in state:
+                    state[stage._index[id(p)]][key] = view.clone()
+    at = {j: i for i, j in enumerate(stage._order)}  # a plain optimizer numbers by group
+    state = {at[j]: state[j] for j in stage._order if j in state}
     groups = []
     for (js, _), group in zip(stage._groups, stage.inner.param_groups):
         settings = {k: v for k, v in group.items() if k != "params"}
