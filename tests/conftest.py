@@ -13,6 +13,47 @@ import pytest
 import torch
 
 
+@pytest.fixture(scope="session")
+def sample():
+    """The offline MNIST sample (4,000 training and 1,000 test digits), read once."""
+    from companion.core import load_mnist_sample
+
+    return load_mnist_sample()
+
+
+@pytest.fixture(scope="session")
+def small_sample(sample):
+    """256 training and 64 test digits of the sample, drawn at random (seed 0)."""
+    from companion.study.driver import subset
+
+    return subset(sample, 256, 64)
+
+
+@pytest.fixture(scope="session")
+def small(sample):
+    """The sample's first 601 training and 203 test images: neither divides by 2 or 4, so a
+    ``DistributedSampler`` pads (a module may define a ``small`` of its own)."""
+    from companion.core.data import Data, ImageSet
+
+    cut = lambda split, n: ImageSet(split.images[:n], split.labels[:n])  # noqa: E731
+    return Data("small", cut(sample.train, 601), cut(sample.test, 203), sample.classes)
+
+
+@pytest.fixture
+def no_torchrun(monkeypatch):
+    """No torchrun variables in the environment: a command line run as a reader types it."""
+    for name in (
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCHELASTIC_RESTART_COUNT",
+    ):
+        monkeypatch.delenv(name, raising=False)
+
+
 def pytest_configure(config):
     """nbval's kernels exit as a reader's Jupyter kernel does, into a folder of their own."""
     _nbval_kernels_exit_cleanly()

@@ -19,6 +19,7 @@ import companion.elastic as el
 import companion.internals as ic
 import companion.pictures as pic
 import companion.runtime as rt
+import companion.sharding as sh
 import companion.split as split
 import companion.study as st
 import companion.troubleshoot as ts
@@ -155,7 +156,9 @@ def cli(main, *argv):
 
 def elastic_cli(*argv):
     """The elastic command line's parse and checks, as main runs them before joining a group."""
-    parser = el.build_parser()
+    from companion.commands import ELASTIC_METHODS
+
+    parser = el.build_parser(ELASTIC_METHODS)
     try:
         el.cli._check(parser.parse_args(list(argv)))
     except SystemExit as exit_:
@@ -220,7 +223,9 @@ def write(tmp, name, data: bytes):
 # A table, one row per line: not reformatted.
 # fmt: off
 CASES = [
-    ("study.run_sharded unknown method", lambda t: st.run_sharded("ZeRO-4"), ValueError, r"unknown method 'ZeRO-4'; choose one of"),
+    ("study.per_process not a worker", lambda t: st.per_process("ddp_worker", 5), TypeError, r"worker must be a launch worker \(a function of rank, \.\.\.\), got 'ddp_worker'"),
+    ("sharding.load_sharded_snapshot a folder of other things", lambda t: sh.load_sharded_snapshot(t), el.SnapshotError, r"is not a sharded snapshot \(a folder that save_sharded_snapshot wrote\)"),
+    ("study.run_method unknown method", lambda t: st.run_method("zero3", None), ValueError, r"unknown method 'zero3'; choose one of"),
     ("check_fp32 bf16", lambda t: core.check_fp32(core.MathMode("bf16", "cpu"), "split.train"), ValueError, r"split\.train computes in fp32 only, got precision=bf16: pass precision='fp32'"),
     ("gpu_indices not a device", lambda t: core.gpu_indices(["x"]), ValueError, r"'x' is not a device: give 'cpu', 'cuda:0'"),
     ("core.check_torch 2.10", lambda t: core.check_torch("2.10.1+cu128"), ImportError, r"companion needs torch>=2\.11, but torch 2\.10\.1\+cu128 is installed: upgrade it with pip install"),
@@ -575,7 +580,10 @@ CASES = [
     ("elastic --momentum nan", lambda t: elastic_cli("--snapshot", "s.pt", "--momentum", "nan"), ValueError, r"--momentum in \[0, 1\) is needed, got nan"),
     ("elastic --snapshot a directory", lambda t: elastic_cli("--snapshot", str(t)), ValueError, r"--snapshot .* is a directory; give a file name"),
     ("elastic --sharded ZeRO-4", lambda t: elastic_cli("--snapshot", "s.pt", "--sharded", "ZeRO-4"), ValueError, r"argparse exited with 2"),
-    ("ElasticOptions sharded unknown", lambda t: el.ElasticOptions("s", sharded="ZeRO-4").check(), ValueError, r"unknown sharded 'ZeRO-4'; choose one of"),
+    ("ElasticOptions method a name", lambda t: el.ElasticOptions("s", method="ZeRO-3").check(), TypeError, r"method must be of type ElasticMethod, got str: e\.g\. DDP, or ELASTIC_METHODS\[name\]"),
+    ("ElasticOptions kill_after junk", lambda t: el.ElasticOptions("s", kill_after="1-30").check(), ValueError, r"kill_after must be 'RANK:STEP' or 'node:STEP' \(e\.g\. '1:30'\), got '1-30'"),
+    ("elastic --kill-after junk", lambda t: elastic_cli("--snapshot", "s.pt", "--kill-after", "x:1"), ValueError, r"kill_after must be 'RANK:STEP' or 'node:STEP'"),
+    ("load_snapshot of a folder", lambda t: el.load_snapshot(t), el.SnapshotError, r"is a directory; give the snapshot's file name \(a sharded snapshot, a folder, is read by chapter 9's load_sharded_snapshot\)"),
     ("elastic --model vgg", lambda t: elastic_cli("--snapshot", "s.pt", "--model", "vgg"), ValueError, r"unknown model 'vgg'"),
     ("elastic --log-dir under a file", lambda t: elastic_cli("--snapshot", "s.pt", "--log-dir", str(write(t, "f", b"") / "logs")), ValueError, r"--log-dir .*f is a file, not a directory"),
     ("troubleshoot --crash-rank -1", lambda t: cli(TROUBLESHOOT_MAIN, "--crash-rank", "-1"), ValueError, r"exit 2: .*--crash-rank and --step must be integers >= 0; --crash-rank is -1"),
@@ -656,6 +664,10 @@ CASES = [
     ("troubleshoot.temporary_env a number", lambda t: ts.temporary_env(X=3).__enter__(), TypeError, r"X must be a string or None \(to unset it\), got int: write X='3'"),
     ("troubleshoot.oversubscription world_size=0", lambda t: ts.oversubscription(0), ValueError, r"world_size must be an integer >= 1, got 0"),
     # issue 23, the last public names: elastic
+    ("elastic.check_format a list", lambda t: el.check_format([], t / "s.pt"), el.SnapshotError, r"s\.pt is not a snapshot of this format"),
+    ("elastic.parse_kill no step", lambda t: el.parse_kill("node"), ValueError, r"kill_after must be 'RANK:STEP' or 'node:STEP' \(e\.g\. '1:30'\), got 'node'"),
+    ("elastic.restore_rest not a snapshot", lambda t: el.restore_rest({}, None), el.SnapshotError, r"snapshot is not a snapshot \(a dict whose 'format' is not 1\)"),
+    ("sharding.restore_sharded not a snapshot", lambda t: sh.restore_sharded({}, None, None, None), el.SnapshotError, r"snapshot is not a snapshot \(a dict whose 'format' is not 1\)"),
     ("elastic.global_batches global_batch=0", lambda t: el.global_batches(range(10), 2, 0, 0), ValueError, r"global_batch must be an integer >= 1, got 0: the samples of one step over all ranks"),
     ("elastic.check_dockerfile missing file", lambda t: el.check_dockerfile(t / "Dockerfile"), FileNotFoundError, r"Dockerfile"),
     ("elastic.check_sbatch missing file", lambda t: el.check_sbatch(t / "job.sbatch"), FileNotFoundError, r"job\.sbatch"),
@@ -664,7 +676,7 @@ CASES = [
     ("elastic.check_trainjob no spec", lambda t: el.check_trainjob({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob"}, "job.yaml"), el.LaunchFileError, r"job\.yaml: no 'spec' where the manifest needs one"),
     ("elastic.check_resumable not a snapshot", lambda t: el.check_resumable({"model": {}}, {}), el.SnapshotError, r"snapshot is not a snapshot \(a dict whose 'format' is not 1\)"),
     ("elastic.make_snapshot no scheduler", lambda t: el.make_snapshot(*_trio()[:2], None, epoch=0, position=0, step=0, config={}), TypeError, r"scheduler must be of type LRScheduler, got NoneType: pass warmup_schedule\(optimizer, 0\)"),
-    ("elastic.save_sharded_snapshot no scheduler", lambda t: el.save_sharded_snapshot(*_trio()[:2], None, t, epoch=0, position=0, step=0, config={}), TypeError, r"scheduler must be of type LRScheduler, got NoneType"),
+    ("sharding.save_sharded_snapshot no scheduler", lambda t: sh.save_sharded_snapshot(*_trio()[:2], None, t, epoch=0, position=0, step=0, config={}), TypeError, r"scheduler must be of type LRScheduler, got NoneType"),
     ("elastic.make_snapshot epoch=-1", lambda t: el.make_snapshot(*_trio(), epoch=-1, position=0, step=0, config={}), ValueError, r"epoch must be an integer >= 0, got -1"),
     ("elastic.restore a path, not a snapshot", lambda t: el.restore("s.pt", *_trio()), el.SnapshotError, r"snapshot is not a snapshot \(str\): pass what make_snapshot returns or load_snapshot reads"),
     ("elastic.set_rng_state torch's state tensor", lambda t: el.set_rng_state(torch.get_rng_state()), TypeError, r"state must be what rng_state\(\) returns \(a dict\), got Tensor"),
@@ -678,9 +690,6 @@ CASES = [
     ("study.spread no values", lambda t: st.spread([]), ValueError, r"spread needs at least one value"),
     ("study.crossing one time short", lambda t: st.crossing([8, 16, 32], [0.1, 0.2], 0.3), ValueError, r"give one compute time per batch size, got 3 batch sizes and 2 times"),
     ("study.carried_over not a model", lambda t: st.carried_over(net().state_dict()), TypeError, r"net must be a torch\.nn\.Module \(a model\), got OrderedDict"),
-    ("study.register chapter=0", lambda t: st.register("mine", st.run_split, chapter=0), ValueError, r"chapter must be an integer >= 1, got 0: the chapter that teaches the method"),
-    ("study.register no name", lambda t: st.register("", st.run_split, chapter=2), TypeError, r"name must be a non-empty string \(the --methods name\), got ''"),
-    ("study.register run not a function", lambda t: st.register("mine", "run_split", chapter=2), TypeError, r"run must be a function of a RunSpec, got 'run_split'"),
     ("study.run_study unknown scaling", lambda t: st.run_study([], "medium"), ValueError, r"unknown scaling 'medium'; choose one of"),
     ("study.save_study no records", lambda t: st.save_study([], t / "study"), ValueError, r"save_study needs at least one record: run a study first"),
     # issue 23, the last public names: split, collectives, runtime, ddp, internals
@@ -808,6 +817,7 @@ WORKER = "a worker that companion.runtime.launch starts with the package's own a
 TRACE = "draws or reads the traces that the package's record_* functions and traced all-reduces return, never a user's values"
 TAKES_OWN = "takes only objects the package builds for it (a Rank from setup_rank, a rebuilt DDP), not a user's values"
 NO_ROW = {  # 'package.name': why it needs no bad-input row
+    "elastic.ElasticMethod": "a named tuple of functions; ElasticOptions.check refuses anything else",
     "core.ProcessPlan": "a named tuple of values that Profile.processes builds; nothing to refuse",
     "sharding.is_sharded_checkpoint": "a yes-or-no question about any path: nothing to refuse",
     "core.keep_freed_memory": "takes no arguments; tests/core/test_allocator.py measures it",

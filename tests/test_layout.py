@@ -2,8 +2,10 @@
 
 core (floor 0) imports nothing of the package but core; runtime (1) only core;
 each chapter package imports core, runtime and earlier chapters, never later
-ones; bench (the top) may import anything. The package's face
-(``companion/__init__.py``) only re-exports.
+ones: the floors follow the table of contents (``_toc.yml``), which a test
+holds them to. The command lines join every chapter, in one place: the
+``__main__`` modules and ``companion.commands`` (the top, with bench). The
+package's face (``companion/__init__.py``) only re-exports.
 """
 
 import ast
@@ -19,18 +21,32 @@ PACKAGE = Path(companion.__file__).resolve().parent
 FLOORS = {
     "core": 0,
     "runtime": 1,
-    "split": 2,
-    "collectives": 3,
-    "dataparallel": 4,
-    "ddp": 5,
-    "pictures": 6,
-    "internals": 7,
-    "sharding": 8,
-    "slowlinks": 9,
-    "study": 10,
-    "elastic": 11,
-    "troubleshoot": 11,
-    "bench": 12,
+    "split": 2,  # chapter 2
+    "collectives": 3,  # chapter 3
+    "dataparallel": 4,  # chapter 4
+    "ddp": 5,  # chapter 5
+    "pictures": 6,  # the pictures of chapters 2-5
+    "internals": 7,  # chapter 6
+    "study": 8,  # chapter 7
+    "elastic": 9,  # chapter 8
+    "sharding": 10,  # chapter 9
+    "slowlinks": 11,  # chapter 10
+    "troubleshoot": 12,  # the troubleshooting appendix
+    "bench": 13,  # the tools and the command lines: every chapter
+    "commands": 13,
+}
+# Each chapter's package, in the table of contents' order (the floors must follow it).
+CHAPTERS = {
+    "ch02": "split",
+    "ch03": "collectives",
+    "ch04": "dataparallel",
+    "ch05": "ddp",
+    "ch06": "internals",
+    "ch07": "study",
+    "ch08": "elastic",
+    "ch09": "sharding",
+    "ch10": "slowlinks",
+    "appendix_troubleshooting": "troubleshoot",
 }
 MAX_LINES = 300
 
@@ -72,7 +88,25 @@ GRAPH = {name: imports_of(path) for name, path in MODULES.items()}
 
 def floor(name: str) -> int | None:
     parts = name.split(".")
+    if parts[-1] == "__main__":  # a command line: it may join every chapter
+        return FLOORS["commands"]
     return FLOORS.get(parts[1]) if len(parts) > 1 else None
+
+
+def test_floors_follow_the_table_of_contents():
+    toc = (PACKAGE.parent / "_toc.yml").read_text()
+    pages = [line.split("book/")[1].strip() for line in toc.splitlines() if "file: book/" in line]
+    order = [
+        next(p for k, p in CHAPTERS.items() if page.startswith(k))
+        for page in pages
+        if any(page.startswith(k) for k in CHAPTERS)
+    ]
+    assert order == list(CHAPTERS.values()), "CHAPTERS must list the chapters in the book's order"
+    floors = [FLOORS[package] for package in order]
+    assert floors == sorted(floors) and len(set(floors)) == len(floors), (
+        f"each chapter's package needs a floor above the chapters before it: {dict(zip(order, floors))}"
+    )
+    assert max(floors) < FLOORS["commands"] and min(floors) > FLOORS["runtime"]
 
 
 def test_every_subpackage_has_a_floor():

@@ -1,10 +1,10 @@
 """Chapter 1: one training step with glibc's malloc defaults and with freed memory kept.
 
-``import companion`` asks glibc's ``malloc`` to keep the memory torch frees
-(:mod:`companion.core.allocator`). The setting belongs to a process, so each
-side runs in a new interpreter: every round starts one process with
-``COMPANION_KEEP_FREED_MEMORY=0`` (glibc's defaults) and one without, the
-order alternating. Each process times the profile's model through
+The book's timed loops ask glibc's ``malloc`` to keep the memory torch frees
+(:func:`~companion.core.allocator.keep_freed_memory`). The setting belongs to a
+process, so each side runs in a new interpreter: every round starts one
+process that leaves glibc's defaults and one that calls
+``keep_freed_memory()`` first, the order alternating. Each process times the profile's model through
 ``companion.core.training.train_step`` on one batch of the profile's size
 (random 28x28 images, after a warm-up) and counts the page faults of those
 steps. The ratio is the kept side's step time over the defaults' in the same
@@ -29,7 +29,7 @@ from ..core.noise import Load, judge, paired_ratio, rotated
 from ..core.training import set_seed, train_step
 from . import bench_parser, measure_and_report, run_settings
 
-SIDES = {"glibc defaults": "0", "freed memory kept": "1"}
+SIDES = {"glibc defaults": False, "freed memory kept": True}
 
 
 def steps_here(model: str, batch: int, steps: int, warmup: int = 10) -> dict[str, float]:
@@ -49,13 +49,14 @@ def steps_here(model: str, batch: int, steps: int, warmup: int = 10) -> dict[str
     return {"ms": statistics.median(seconds) * 1e3, "faults": faults / steps}
 
 
-def in_fresh_process(keep: str, model: str, batch: int, steps: int) -> dict[str, float]:
-    """:func:`steps_here` in a new interpreter, ``COMPANION_KEEP_FREED_MEMORY=keep``."""
+def in_fresh_process(keep: bool, model: str, batch: int, steps: int) -> dict[str, float]:
+    """:func:`steps_here` in a new interpreter, after ``keep_freed_memory()`` if ``keep``."""
     code = (
         f"import json; from {__name__} import steps_here as s; "
-        f"print(json.dumps(s({model!r}, {batch}, {steps})))"
+        + ("from companion.core import keep_freed_memory; keep_freed_memory(); " if keep else "")
+        + f"print(json.dumps(s({model!r}, {batch}, {steps})))"
     )
-    env = {**os.environ, "COMPANION_KEEP_FREED_MEMORY": keep}
+    env = {**os.environ, "COMPANION_KEEP_FREED_MEMORY": "1"}  # the call decides, not the caller's
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
     )

@@ -4,10 +4,10 @@ and speed targets, listings, whole lines."""
 
 # compat first: it refuses a torch older than the book's floor, with a clear message.
 from . import compat  # noqa: I001
-from . import allocator  # noqa: I001 (then glibc's malloc keeps freed memory: see its docstring)
 
 # Every module's public names, re-exported: ``from companion.core import ...``.
 from . import (
+    allocator,
     batches,
     checks,
     clip,

@@ -1,7 +1,9 @@
 """Freed memory kept for reuse: steady CPU step times on Linux (glibc's malloc).
 
-Used in: every chapter (``import companion`` calls :func:`keep_freed_memory`);
-chapter 1 measures what it changes.
+Used in: every chapter (the timed loops call :func:`keep_freed_memory` by name:
+chapter 1's ``fit``, every rank's ``train_epochs``, each launched worker, the
+benchmarks); chapter 1 measures what it changes. ``import companion`` changes
+no setting of the process.
 
 On the CPU, torch takes each step's activations and gradients from the C
 library's ``malloc`` and hands them back at the end of the step. glibc's
@@ -28,10 +30,11 @@ musl) are left as they are.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 
-__all__ = ["keep_freed_memory", "KEPT", "MMAP_THRESHOLD", "TRIM_THRESHOLD"]
+__all__ = ["keep_freed_memory", "MMAP_THRESHOLD", "TRIM_THRESHOLD"]
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt's parameters (malloc.h)
 MMAP_THRESHOLD = 32 << 20  # the largest glibc accepts on 64-bit: bigger blocks still mmap
@@ -39,6 +42,7 @@ TRIM_THRESHOLD = 1 << 30  # freed memory at the heap's top returned only beyond 
 OPT_OUT = "COMPANION_KEEP_FREED_MEMORY"
 
 
+@functools.cache  # once per process: the setting is the process's
 def keep_freed_memory() -> bool:
     """Ask glibc's ``malloc`` to keep freed memory for reuse; whether it now does.
 
@@ -49,6 +53,3 @@ def keep_freed_memory() -> bool:
     libc = ctypes.CDLL(None)
     kept = libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
     return libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1 and kept
-
-
-KEPT = keep_freed_memory()  # on the first import of companion, before the chapters' tensors

@@ -14,6 +14,7 @@ from functools import partial
 import torch
 from torch import nn
 
+from .allocator import keep_freed_memory
 from .checks import check_batch, check_instance, check_int, check_lr, check_module, check_training
 from .clip import clip_before_step
 from .devices import gpu_indices, is_virtual, model_device, synchronize
@@ -181,6 +182,7 @@ def fit(
     (:class:`Timer`) synchronises the model's device and excludes the evaluation.
     """
     check_int(epochs, "epochs", 1, "the number of passes over train_iter")
+    keep_freed_memory()  # steady CPU step times: glibc's malloc keeps freed memory
     device, loss_fn, records = model_device(net), nn.CrossEntropyLoss(), []
     for epoch in range(1, epochs + 1):
         with Timer(device, share=True) as t:

@@ -4,7 +4,7 @@
 FILE`` runs :mod:`.cli`; :mod:`.snapshot` is what a restart needs,
 :mod:`.sampler` where it resumes in an epoch, :mod:`.rendezvous`
 how a restarted worker rejoins, :mod:`.trainer` the training
-loop, :mod:`.agents` runs several torchrun agents from Python,
+loop (:mod:`.steplog`, its instruments), :mod:`.agents` runs several torchrun agents from Python,
 :mod:`.launchers` and :mod:`.kubernetes` check the launch files shipped in
 ``launch/`` (``LAUNCH_DIR``),
 and :mod:`.published_job`
@@ -21,6 +21,7 @@ from . import (
     rendezvous,
     sampler,
     snapshot,
+    steplog,
     trainer,
 )
 from .agents import *  # noqa: F401,F403
@@ -31,6 +32,7 @@ from .published_job import *  # noqa: F401,F403
 from .rendezvous import *  # noqa: F401,F403
 from .sampler import *  # noqa: F401,F403
 from .snapshot import *  # noqa: F401,F403
+from .steplog import *  # noqa: F401,F403
 from .trainer import *  # noqa: F401,F403
 
 __all__ = list(
@@ -41,6 +43,7 @@ __all__ = list(
             *rendezvous.__all__,
             *agents.__all__,
             *trainer.__all__,
+            *steplog.__all__,
             *cli.__all__,
             *launchers.__all__,
             *kubernetes.__all__,

@@ -25,7 +25,6 @@ from pathlib import Path
 
 from ..core.checks import check_int, check_positive
 from ..runtime.torchrun import TorchrunResult, _stop_tree, private_tmpdir, torchrun_command
-from .trainer import KILL_VAR
 
 __all__ = ["free_port", "standalone_command", "agent_command", "run_agents"]
 
@@ -101,14 +100,13 @@ def run_agents(
     commands: Sequence[list[str]],
     *,
     timeout: float = 120.0,
-    kill: dict[int, str] | None = None,
 ) -> list[TorchrunResult]:
     """Run one agent per command (``agent_command``, ``standalone_command``) here; their outputs.
 
-    ``kill`` maps an agent's index to ``ELASTIC_TEST_KILL`` for it (e.g.
-    ``{1: "node:30"}``: that node disappears after step 30). Agents start in
-    order, the others once the first listens at the rendezvous endpoint (so
-    the first hosts it); the workers use the loopback interface. Each agent
+    Agents start in order, the others once the first listens at the rendezvous
+    endpoint (so the first hosts it); the workers use the loopback interface.
+    A crash at a known place is an option of the command (``--kill-after
+    node:30``: that node disappears after step 30). Each agent
     writes to files of its own (a pipe read only after another agent ended
     could fill and stall it). After ``timeout`` seconds, every agent and its
     workers are stopped and ``TimeoutError`` raised with each one's last output.
@@ -121,7 +119,6 @@ def run_agents(
             (Path(tmp, f"agent{i}.out"), Path(tmp, f"agent{i}.err")) for i in range(len(commands))
         ]
         for i, (command, (out, err)) in enumerate(zip(commands, logs)):
-            env = {**base, KILL_VAR: (kill or {}).get(i, "")}
             argv = [sys.executable, "-m", "torch.distributed.run", *command[1:]]
             with open(out, "w") as stdout, open(err, "w") as stderr:
                 procs.append(
@@ -130,7 +127,7 @@ def run_agents(
                         stdout=stdout,
                         stderr=stderr,
                         text=True,
-                        env=env,
+                        env=base,
                         start_new_session=True,
                     )
                 )

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 
 import torch.distributed as dist
 
@@ -35,7 +36,8 @@ from ..ddp.cli import check_options, load_data_rank0_first
 from ..ddp.config import DDPConfig
 from .rendezvous import join_elastic
 from .snapshot import load_snapshot
-from .trainer import SHARDED, ElasticOptions, train_elastic
+from .steplog import parse_kill
+from .trainer import DDP, ElasticMethod, ElasticOptions, train_elastic
 
 __all__ = ["build_parser", "main"]
 
@@ -54,8 +56,10 @@ KEPT = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The options of ``python -m companion.elastic``: chapter 5's, plus snapshots."""
+def build_parser(catalog: Mapping[str, ElasticMethod] | None = None) -> argparse.ArgumentParser:
+    """The options of ``python -m companion.elastic``: chapter 5's, plus snapshots;
+    ``--sharded`` takes the methods of ``catalog`` other than DDP (a later chapter's)."""
+    sharded = [name for name in (catalog or {}) if name != "DDP"]
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Train with DDP from the last snapshot; torchrun restarts the "
@@ -75,17 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="snapshot file (a folder with --sharded), on storage every node sees",
     )
-    add(
-        "--sharded",
-        nargs="?",
-        const="FSDP2",
-        choices=SHARDED,
-        metavar="METHOD",
-        help="shard the model (chapter 9) with METHOD, one of "
-        + ", ".join(SHARDED)
-        + " (default: FSDP2): every process writes its shards of each snapshot, which then "
-        "loads on any number of processes",
-    )
+    if sharded:
+        add(
+            "--sharded",
+            nargs="?",
+            const=sharded[-1],
+            choices=sharded,
+            metavar="METHOD",
+            help=f"shard the model (chapter 9) with METHOD, one of {', '.join(sharded)} "
+            f"(default: {sharded[-1]}): every process writes its shards of each snapshot, "
+            "which then loads on any number of processes",
+        )
     add(
         "--snapshot-every",
         type=positive_arg(int),
@@ -96,12 +100,21 @@ def build_parser() -> argparse.ArgumentParser:
     add("--momentum", type=float, default=0.9, help="SGD momentum, in [0, 1)")
     add("--log-dir", help="TensorBoard directory (rank 0 writes; never deleted)")
     add("--records", help="JSON file for the per-epoch records (rank 0, atomically)")
+    add(
+        "--kill-after",
+        metavar="WHO:STEP",
+        help="tests and chapter 8: after step STEP of the first attempt, rank WHO kills "
+        "itself with SIGKILL (WHO 'node': every worker of this agent kills the agent too)",
+    )
     return parser
 
 
 def _check(args: argparse.Namespace) -> None:
     args.checkpoint = None
+    args.sharded = getattr(args, "sharded", None)
     check_options(args, int(os.environ.get("WORLD_SIZE", "1")))
+    if args.kill_after is not None:
+        parse_kill(args.kill_after)
     if os.path.isdir(args.snapshot) and not args.sharded:
         raise ValueError(
             f"--snapshot {args.snapshot} is a directory; give a file name, "
@@ -113,9 +126,14 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError(f"--momentum in [0, 1) is needed, got {args.momentum}: e.g. 0.9, or 0")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point in every process: check, join the group, train from the snapshot."""
-    parser = build_parser()
+def main(argv: list[str] | None = None, catalog: Mapping[str, ElasticMethod] | None = None) -> int:
+    """Entry point in every process: check, join the group, train from the snapshot.
+
+    ``catalog``: the methods ``--sharded`` may name (``python -m companion.elastic``
+    passes chapter 9's, joined in ``companion.commands``); DDP without it.
+    """
+    catalog = {"DDP": DDP, **(catalog or {})}
+    parser = build_parser(catalog)
     args = parser.parse_args(argv)
     try:
         _check(args)
@@ -136,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             verbose=rank == 0,
         )
-        if done := nothing_left(args.snapshot, cfg.resolve(dist.get_world_size()).epochs):
+        method = catalog[args.sharded or "DDP"]
+        epochs = cfg.resolve(dist.get_world_size()).epochs
+        if done := nothing_left(args.snapshot, epochs, method.load):
             if rank == 0:
                 say(done)
             return 0
@@ -146,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
             args.momentum,
             args.warmup_steps,
             args.log_dir,
-            args.sharded,
+            method,
+            args.kill_after,
         )
         result = train_elastic(data, cfg, opts)
         if rank == 0 and result.records:
@@ -160,9 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def nothing_left(path: str, epochs: int) -> str:
-    """Why resuming ``path`` for ``epochs`` epochs would train nothing, or ``""``."""
-    snapshot = load_snapshot(path)
+def nothing_left(path: str, epochs: int, load=load_snapshot) -> str:
+    """Why resuming ``path`` (read by ``load``) for ``epochs`` epochs would train nothing,
+    or ``""``."""
+    snapshot = load(path)
     if snapshot is None or snapshot["epoch"] < epochs:
         return ""
     return (

@@ -37,7 +37,6 @@ from torch import nn
 from ..core.checks import check_instance, check_int, check_module
 from ..core.files import atomic_write
 from ..runtime.checkpoint import unwrap
-from ..sharding.checkpoint import is_sharded_checkpoint, load_extra, load_sharded, save_sharded
 
 __all__ = [
     "SnapshotError",
@@ -46,9 +45,10 @@ __all__ = [
     "set_rng_state",
     "make_snapshot",
     "save_snapshot",
-    "save_sharded_snapshot",
     "load_snapshot",
     "restore",
+    "restore_rest",
+    "check_format",
     "check_resumable",
     "describe_snapshot",
 ]
@@ -96,7 +96,8 @@ def make_snapshot(
     """Everything to resume at ``(epoch, position)``, after ``step`` global steps.
 
     ``sharded``: the model and optimizer are left out (``None``), as every
-    rank writes its own shards of them (:func:`save_sharded_snapshot`).
+    rank writes its own shards of them (chapter 9's
+    ``companion.sharding.snapshot.save_sharded_snapshot``).
     """
     _check_parts(net, optimizer, scheduler, epoch=epoch, position=position, step=step)
     cpu = lambda state: {k: v.detach().cpu() for k, v in state.items()}  # noqa: E731
@@ -111,25 +112,6 @@ def make_snapshot(
         "rng": rng_state(),
         "config": dict(config),
     }
-
-
-def save_sharded_snapshot(
-    net: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    path: str | Path,
-    **at: Any,
-) -> Path:
-    """A snapshot of a sharded model (FSDP2, ZeRO-3), written by *every* rank into ``path``.
-
-    No rank holds the whole model, so each writes its shards of the model and
-    optimizer (:func:`~companion.sharding.checkpoint.save_sharded`, DCP); rank
-    0 adds the rest of the snapshot beside them (``at``: :func:`make_snapshot`'s
-    ``epoch``, ``position``, ``step``, ``config``). The folder replaces the last
-    one atomically, and loads on another world size.
-    """
-    rest = make_snapshot(net, optimizer, scheduler, **at, sharded=True)
-    return save_sharded(net, optimizer, path, extra=rest)
 
 
 def _check_parts(net, optimizer, scheduler, **counts: int) -> None:
@@ -156,36 +138,31 @@ def load_snapshot(path: str | Path) -> dict[str, Any] | None:
     A file that is not a snapshot raises :class:`SnapshotError`; tensors are
     read onto the CPU (``weights_only``: no code runs while loading).
     """
-    path = _check_snapshot_path(path)
+    path = Path(path)
+    if path.is_dir():
+        raise SnapshotError(
+            f"{path} is a directory; give the snapshot's file name (a sharded snapshot, a "
+            f"folder, is read by chapter 9's load_sharded_snapshot)"
+        )
     if not path.exists():
         return None
     try:
-        if path.is_dir():  # sharded: rank 0's part here, the shards read by restore()
-            snapshot = {**load_extra(path), "sharded": str(path)}
-        else:
-            snapshot = torch.load(path, map_location="cpu", weights_only=True)
+        snapshot = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise SnapshotError(_unreadable(path, err)) from err
-    return _check_format(snapshot, path)
+        raise SnapshotError(unreadable(path, err)) from err
+    return check_format(snapshot, path)
 
 
-def _check_snapshot_path(path: str | Path) -> Path:
-    path = Path(path)
-    if path.is_dir() and not is_sharded_checkpoint(path):
-        raise SnapshotError(
-            f"{path} is a directory but not a sharded snapshot; give the snapshot's file name"
-        )
-    return path
-
-
-def _unreadable(path: Path, err: Exception) -> str:
+def unreadable(path: Path, err: Exception) -> str:
+    """Why ``path`` could not be read as a snapshot, and what to do."""
     return (
         f"{path} is not a readable snapshot ({type(err).__name__}); it may be "
         f"another kind of file: delete it to start afresh, or point to the right file"
     )
 
 
-def _check_format(snapshot: Any, path: Path) -> dict[str, Any]:
+def check_format(snapshot: Any, path: Path) -> dict[str, Any]:
+    """``snapshot`` read from ``path`` if it has this format, else a ``SnapshotError``."""
     if not isinstance(snapshot, dict) or snapshot.get("format") != FORMAT:
         raise SnapshotError(
             f"{path} is not a snapshot of this format (a chapter 5 checkpoint holds the "
@@ -202,11 +179,17 @@ def restore(
 ) -> tuple[int, int, int]:
     """Load ``snapshot`` into model, optimizer, scheduler and RNGs; ``(epoch, position, step)``."""
     check_snapshot(snapshot)
-    if "sharded" in snapshot:  # every rank reads the pieces of its own shards
-        load_sharded(net, optimizer, snapshot["sharded"])
-    else:
-        unwrap(net).load_state_dict(snapshot["model"])
-        optimizer.load_state_dict(snapshot["optimizer"])
+    unwrap(net).load_state_dict(snapshot["model"])
+    optimizer.load_state_dict(snapshot["optimizer"])
+    return restore_rest(snapshot, scheduler)
+
+
+def restore_rest(
+    snapshot: dict[str, Any], scheduler: torch.optim.lr_scheduler.LRScheduler
+) -> tuple[int, int, int]:
+    """What every snapshot holds beside the model and optimizer: the schedule and the RNGs;
+    ``(epoch, position, step)``."""
+    check_snapshot(snapshot)
     scheduler.load_state_dict(snapshot["scheduler"])
     set_rng_state(snapshot["rng"])
     return snapshot["epoch"], snapshot["position"], snapshot["step"]

@@ -14,50 +14,74 @@ takes steps about ``1 / (1 - m)`` times larger than plain SGD, so the
 default lr is the profile's times ``1 - m``: chapter 5's effective step.
 
 Rank 0 writes a snapshot every ``snapshot_every`` steps and at the end of
-each epoch. ``ELASTIC_TEST_KILL=RANK:STEP`` (tests and chapter 8 only) makes
+each epoch. ``kill_after="RANK:STEP"`` (tests and chapter 8 only) makes
 rank ``RANK`` kill itself with SIGKILL after step ``STEP`` of the first
 attempt, a crash at a known place.
+
+The trainer trains an :class:`ElasticMethod`: chapter 5's DDP (:data:`DDP`)
+unless a later chapter hands it another (chapter 9's sharded methods,
+``companion.sharding.snapshot.ELASTIC_METHODS``): this chapter imports none.
 """
 
 from __future__ import annotations
 
-import os
-import signal
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
 
-from ..core.checks import check_choice, check_data, check_int
+from ..core.checks import check_data, check_instance, check_int
 from ..core.data import Data
-from ..core.lines import number_of, say
 from ..core.lr import warmup_lr
 from ..core.profiles import get_profile
 from ..core.results import Record
 from ..ddp.config import DDPConfig
 from ..ddp.loop import setup_rank, wrap_ddp
 from ..runtime.epochs import Rank, train_epochs
-from ..sharding.checkpoint import CHECKPOINTED
-from ..sharding.training import full_parameters, setup_sharded
-from .rendezvous import attempt, join_elastic
+from .rendezvous import join_elastic
 from .sampler import ResumableSampler
-from .snapshot import (
-    check_resumable,
-    load_snapshot,
-    make_snapshot,
-    restore,
-    save_sharded_snapshot,
-    save_snapshot,
-)
+from .snapshot import check_resumable, load_snapshot, make_snapshot, restore, save_snapshot
+from .steplog import StepLog, parse_kill
 
-__all__ = ["ElasticOptions", "ElasticResult", "warmup_schedule", "train_elastic", "StepLog"]
+__all__ = [
+    "ElasticMethod",
+    "DDP",
+    "ElasticOptions",
+    "ElasticResult",
+    "warmup_schedule",
+    "train_elastic",
+]
 
-KILL_VAR = "ELASTIC_TEST_KILL"
+
+class ElasticMethod(NamedTuple):
+    """How :func:`train_elastic` builds a rank, and writes, reads and restores snapshots."""
+
+    name: str
+    setup: Callable[..., Rank]  # (data, cfg, momentum, sampler, label) -> Rank
+    save: Callable[..., Any]  # (net, optimizer, scheduler, path, **at), called on every rank
+    load: Callable[[str], dict | None]  # path -> snapshot (None: none yet)
+    restore: Callable[..., tuple[int, int, int]]  # (snapshot, net, optimizer, scheduler)
+    whole: Callable[..., torch.Tensor]  # (net, optimizer) -> the trainable parameters, flat
 
 
-SHARDED = tuple(m for m in CHECKPOINTED if m != "DDP")  # what --sharded takes
+def _ddp_setup(data: Data, cfg: DDPConfig, momentum: float, sampler, label: str) -> Rank:
+    momentum_sgd = partial(torch.optim.SGD, momentum=momentum)
+    return setup_rank(data, cfg, label, wrap_ddp, momentum_sgd, sampler=sampler)
+
+
+def _ddp_save(net, optimizer, scheduler, path, **at) -> None:
+    if dist.get_rank() == 0:  # every rank holds the whole model: one writes
+        save_snapshot(make_snapshot(net, optimizer, scheduler, **at), path)
+
+
+def _ddp_whole(net: torch.nn.Module, optimizer) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1).cpu() for p in net.parameters() if p.requires_grad])
+
+
+DDP = ElasticMethod("DDP", _ddp_setup, _ddp_save, load_snapshot, restore, _ddp_whole)
 
 
 @dataclass(frozen=True)
@@ -69,15 +93,17 @@ class ElasticOptions:
     momentum: float = 0.9
     warmup_steps: int = 10  # linear lr warm-up
     log_dir: str | None = None  # TensorBoard, rank 0
-    sharded: str | None = None  # a chapter-9 method instead of DDP; the snapshot is a folder
+    method: ElasticMethod = DDP  # or a later chapter's (chapter 9's: the snapshot is a folder)
+    kill_after: str | None = None  # tests and chapter 8: "RANK:STEP" or "node:STEP"
 
     def check(self) -> ElasticOptions:
         check_int(self.snapshot_every, "snapshot_every")
         check_int(self.warmup_steps, "warmup_steps", 0)
         if not 0 <= self.momentum < 1:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
-        if self.sharded is not None:
-            check_choice(self.sharded, "sharded", SHARDED)
+        check_instance(self.method, "method", ElasticMethod, "e.g. DDP, or ELASTIC_METHODS[name]")
+        if self.kill_after is not None:
+            parse_kill(self.kill_after)
         return self
 
 
@@ -126,16 +152,15 @@ def _run_config(cfg: DDPConfig, opts: ElasticOptions, data: Data, world: int) ->
         "per_rank_batch": cfg.per_rank_batch,
         "log_dir": opts.log_dir,
         "snapshot_every": opts.snapshot_every,
-        **({"sharded": opts.sharded} if opts.sharded else {}),  # DDP's predate the option
+        **({"sharded": opts.method.name} if opts.method.name != "DDP" else {}),  # DDP's predate it
     }
 
 
-def _load_agreed(path: str, config: dict) -> dict | None:
-    """The snapshot at ``path`` (``None``: none yet), checked against ``config``.
-
-    Every rank must have loaded the same snapshot (storage that every node sees).
+def _load_agreed(load: Callable, path: str, config: dict) -> dict | None:
+    """The snapshot at ``path`` read by ``load`` (``None``: none yet), checked against
+    ``config``. Every rank must have loaded the same snapshot (storage that every node sees).
     """
-    snapshot = load_snapshot(path)
+    snapshot = load(path)
     if snapshot is not None:
         check_resumable(snapshot, config)
     where = None if snapshot is None else (snapshot["epoch"], snapshot["position"])
@@ -149,32 +174,13 @@ def _load_agreed(path: str, config: dict) -> dict | None:
     return snapshot
 
 
-def _kill_if_asked(step: int) -> None:
-    """Tests only: ``ELASTIC_TEST_KILL=WHO:STEP`` kills after step STEP of attempt 0.
-
-    ``WHO`` is a rank (that worker dies, its agent restarts the group) or
-    ``node`` (every worker of this agent kills the agent, then itself: a node gone).
-    """
-    who, _, at = os.environ.get(KILL_VAR, "").partition(":")
-    if not who or attempt() != 0 or int(at) != step:
-        return
-    if who == "node":
-        say(f"rank {dist.get_rank()}: killing its agent and itself after step {step}")
-        os.kill(os.getppid(), signal.SIGKILL)
-    elif int(who) != dist.get_rank():
-        return
-    else:
-        say(f"rank {who}: killed with SIGKILL after step {step}")
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticResult:
-    """Train with DDP (or sharded) from the last snapshot (or afresh); every rank calls it.
+    """Train ``opts.method`` (DDP) from the last snapshot (or afresh); every rank calls it.
 
     Chapter 5's loop (:mod:`companion.ddp.loop`) with SGD with momentum, a
     resumable sampler and snapshots taken by its ``on_step`` and
-    ``on_epoch`` hooks. With ``opts.sharded`` (``"FSDP2"``, ``"ZeRO-3"``, ...)
-    the model is sharded as in chapter 9 and every rank writes its shards of
+    ``on_epoch`` hooks. A chapter-9 method in ``opts.method`` (``"FSDP2"``,
+    ``"ZeRO-3"``, ...) shards the model, and every rank writes its shards of
     each snapshot. ``cfg.max_steps`` stops the run after that many global
     steps as a crash would, with no snapshot at that step (a resume starts
     from the last one).
@@ -184,22 +190,20 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
     world, opts = dist.get_world_size(), opts.check()
     cfg = _resolve(cfg, opts, world)
     config = _run_config(cfg, opts, data, world)
-    snapshot = _load_agreed(opts.snapshot, config)
+    method = opts.method
+    snapshot = _load_agreed(method.load, opts.snapshot, config)
     sampler = ResumableSampler(data.train, world, dist.get_rank(), cfg.seed)
-    run = _setup(data, cfg, opts, sampler)
+    run = method.setup(data, cfg, opts.momentum, sampler, f"elastic {method.name}")
     scheduler = warmup_schedule(run.optimizer, opts.warmup_steps)
     first = position = 0
     if snapshot is not None:
-        first, position, run.steps = restore(snapshot, run.net, run.optimizer, scheduler)
+        first, position, run.steps = method.restore(snapshot, run.net, run.optimizer, scheduler)
     sampler.set_epoch(first, position)
     resumed_from, log = run.steps, StepLog(cfg, opts, sampler, run.steps)
 
     def save(epoch: int, position: int) -> None:
         at = dict(epoch=epoch, position=position, step=run.steps, config=config)
-        if opts.sharded:  # every rank writes its shards
-            save_sharded_snapshot(run.net, run.optimizer, scheduler, opts.snapshot, **at)
-        elif dist.get_rank() == 0:
-            save_snapshot(make_snapshot(run.net, run.optimizer, scheduler, **at), opts.snapshot)
+        method.save(run.net, run.optimizer, scheduler, opts.snapshot, **at)
 
     def on_step(step: int, loss: torch.Tensor, samples: int) -> None:
         nonlocal position
@@ -222,72 +226,4 @@ def train_elastic(data: Data, cfg: DDPConfig, opts: ElasticOptions) -> ElasticRe
         records = train_epochs(run, on_step, on_epoch, first_epoch=first)
     finally:
         log.close()
-    return ElasticResult(records, log.losses, full_parameters(run.net, run.optimizer), resumed_from)
-
-
-def _setup(data: Data, cfg: DDPConfig, opts: ElasticOptions, sampler) -> Rank:
-    """Chapter 5's rank setup with DDP, or with a chapter-9 method (``opts.sharded``)."""
-    if opts.sharded:
-        label = f"elastic {opts.sharded}"
-        return setup_sharded(data, cfg, opts.sharded, label, opts.momentum, sampler=sampler)
-    momentum_sgd = partial(torch.optim.SGD, momentum=opts.momentum)
-    return setup_rank(data, cfg, "elastic DDP", wrap_ddp, momentum_sgd, sampler=sampler)
-
-
-class StepLog:
-    """Chapter 8's instruments, outside the trainer: each step's loss, TensorBoard, test kills.
-
-    Each step's loss is averaged over the ranks (one small all-reduce and a
-    host synchronisation per step, the price of a per-step loss curve),
-    kept in ``losses``, printed by rank 0 when ``cfg.verbose`` and written to
-    TensorBoard under ``opts.log_dir``.
-    """
-
-    def __init__(self, cfg: DDPConfig, opts: ElasticOptions, sampler, step: int):
-        rank, self.epochs = dist.get_rank(), cfg.epochs
-        self.verbose = cfg.verbose and rank == 0
-        self.losses: list[tuple[int, float]] = []
-        self.writer = _open_writer(opts.log_dir, rank, step)
-        where = f"epoch {sampler.epoch + 1}, position {sampler.start}"
-        self.say(
-            f"attempt {attempt()}: {number_of(dist.get_world_size(), 'process')}, "
-            + (f"resumed from step {step} ({where})" if step else "no snapshot, starting afresh")
-        )
-
-    def say(self, line: str) -> None:
-        if self.verbose:
-            say(line)
-
-    def step(self, step: int, loss_sum: torch.Tensor, samples: int) -> None:
-        totals = torch.stack([loss_sum.double(), loss_sum.new_tensor(samples, dtype=torch.float64)])
-        dist.all_reduce(totals)
-        self.losses.append((step, float(totals[0] / totals[1])))
-        self.say(f"step {step} loss {self.losses[-1][1]:.4f}")
-        if self.writer is not None:
-            self.writer.add_scalar("train/loss", self.losses[-1][1], step)
-        _kill_if_asked(step)
-
-    def epoch_saved(self, epoch: int, record: Record | None, step: int) -> None:
-        if record is not None:  # rank 0's
-            self.say(
-                f"epoch {epoch + 1}/{self.epochs}: test accuracy {record.test_acc:.4f}, "
-                f"snapshot: step {step}"
-            )
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
-
-def _open_writer(log_dir: str | None, rank: int, step: int):
-    """Rank 0's TensorBoard writer; ``purge_step`` drops the steps a restart replays.
-
-    The directory is never deleted: the earlier attempts' logs stay, and
-    TensorBoard discards their points from ``step + 1`` on, which this
-    attempt writes again.
-    """
-    if log_dir is None or rank != 0:
-        return None
-    from torch.utils.tensorboard import SummaryWriter
-
-    return SummaryWriter(log_dir, purge_step=step + 1)
+    return ElasticResult(records, log.losses, method.whole(run.net, run.optimizer), resumed_from)

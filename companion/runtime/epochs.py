@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from ..core.allocator import keep_freed_memory
 from ..core.devices import hardware_label, is_virtual
 from ..core.results import Record
 from ..core.training import Timer, train_epoch, train_step
@@ -97,6 +98,7 @@ def train_epochs(
     this rank read). A run stops at ``run.max_steps`` global steps.
     """
     loss_fn, records = nn.CrossEntropyLoss(), []
+    keep_freed_memory()  # steady CPU step times (chapter 1)
     for epoch in range(first_epoch, run.epochs):
         if epoch > first_epoch and run.sampler is not None:  # the first: as set up
             run.sampler.set_epoch(epoch)  # a new shuffle, the same on all ranks

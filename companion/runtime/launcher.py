@@ -37,6 +37,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from ..core.allocator import keep_freed_memory
 from ..core.checks import check_port, check_positive
 from ..core.devices import gpu_count
 from .group import MASTER_ADDR, backend_for, join_group
@@ -84,6 +85,7 @@ def _worker(rank, world_size, payload, backend, port, timeout, env, conn) -> Non
         LOCAL_WORLD_SIZE=str(world_size),
     )
     dist.set_debug_level_from_env()  # torch read TORCH_DISTRIBUTED_DEBUG at import, in the server
+    keep_freed_memory()  # steady CPU step times (chapter 1)
     threading.Thread(target=_exit_with_parent, daemon=True).start()  # no orphans
     try:
         fn, args, kwargs = pickle.loads(payload)

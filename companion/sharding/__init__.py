@@ -10,10 +10,12 @@ mistakes, caught), :mod:`.accumulate` (FSDP2's accumulation setters, measured),
 across), :mod:`.clip` (clipping by the global norm of sharded gradients),
 :mod:`.scaler` (fp16's loss scaler, one found-inf flag for all ranks),
 :mod:`.activations` (activation checkpointing: memory saved, time paid),
-:mod:`.training` (one call for every method), :mod:`.ledger` (bytes per
+:mod:`.training` (one call for every method, and the study's
+table of them), :mod:`.ledger` (bytes per
 collective), :mod:`.memory` (state per rank, formulas, the calculator, saved
 weights), :mod:`.measure` (one measured step), :mod:`.checkpoint`
-(``torch.distributed.checkpoint``, N ranks to M; :mod:`.flat_state`, the
+(``torch.distributed.checkpoint``, N ranks to M; :mod:`.snapshot`, chapter 8's
+snapshots of a sharded model; :mod:`.flat_state`, the
 hand-written stages' flat shards as DTensors), :mod:`.timeline` (ZeRO-3's
 gathers, waits and reduce-scatters, drawn), :mod:`.verify` (every method
 against one process, float64).
@@ -35,6 +37,7 @@ from . import (
     memory,
     pitfalls,
     scaler,
+    snapshot,
     timeline,
     training,
     verify,
@@ -56,6 +59,7 @@ from .measure import *  # noqa: F401,F403
 from .memory import *  # noqa: F401,F403
 from .pitfalls import *  # noqa: F401,F403
 from .scaler import *  # noqa: F401,F403
+from .snapshot import *  # noqa: F401,F403
 from .timeline import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
 from .verify import *  # noqa: F401,F403
@@ -73,6 +77,7 @@ __all__ = list(
             *freed.__all__,
             *clip.__all__,
             *scaler.__all__,
+            *snapshot.__all__,
             *library.__all__,
             *hybrid.__all__,
             *pitfalls.__all__,

@@ -14,6 +14,7 @@ parameters of any of them, to compare with one device.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, NamedTuple
 
 import torch
@@ -34,6 +35,7 @@ from ..internals.naive import trainable_parameters
 from ..runtime.checkpoint import unwrap
 from ..runtime.epochs import Rank, train_epochs
 from ..runtime.group import check_group, ddp_device_ids, rank_device
+from ..study.methods import Method, per_process
 from .library import fsdp2, zero_redundancy
 from .scaler import ShardedScaler, check_precision
 from .zero1 import Zero1
@@ -42,6 +44,7 @@ from .zero3 import Zero3
 
 __all__ = [
     "METHODS",
+    "STUDY_METHODS",
     "shard",
     "full_parameters",
     "ShardedResult",
@@ -198,3 +201,11 @@ def sharded_worker(
 ) -> ShardedResult:
     """:func:`train_sharded` as a worker of :func:`~companion.runtime.launcher.launch`."""
     return train_sharded(data, profile, **options)
+
+
+# Chapter 7's study cannot import this chapter (it comes first): this chapter hands it its
+# methods, and `python -m companion.study` joins the tables (companion.commands).
+STUDY_METHODS: dict[str, Method] = {
+    "zero3": per_process(partial(sharded_worker, method="ZeRO-3"), 9),
+    "fsdp2": per_process(partial(sharded_worker, method="FSDP2"), 9),
+}

@@ -4,7 +4,8 @@
 :mod:`.powersgd` (low-rank gradients with error feedback), :mod:`.averaging`
 (local SGD and DiLoCo: replicas that meet every H steps), :mod:`.network`
 (link presets that price chapter 9's byte ledger), :mod:`.training` (one call
-for every method, trained through chapter 5's loop), :mod:`.verify` (the
+for every method, trained through chapter 5's loop, and the study's
+table of them), :mod:`.verify` (the
 exact claims, as workers).
 """
 

@@ -16,6 +16,7 @@ training goes on from where each replica was).
 from __future__ import annotations
 
 import re
+from functools import partial
 from typing import Any, NamedTuple
 
 import torch
@@ -34,11 +35,19 @@ from ..internals.naive import trainable_parameters
 from ..runtime.epochs import train_epochs
 from ..runtime.group import check_group, ddp_device_ids
 from ..sharding.ledger import Ledger, count_bytes
+from ..study.methods import Method, per_process
 from .averaging import DiLoCo, LocalSGD, _Periodic, average_parameters
 from .hooks import HOOKS
 from .powersgd import PowerSGDState, powersgd_hook
 
-__all__ = ["METHODS", "communicate_less", "SlowResult", "train_slowlinks", "slowlinks_worker"]
+__all__ = [
+    "METHODS",
+    "STUDY_METHODS",
+    "communicate_less",
+    "SlowResult",
+    "train_slowlinks",
+    "slowlinks_worker",
+]
 
 METHODS = (
     "DDP",
@@ -182,3 +191,13 @@ def slowlinks_worker(
 ) -> SlowResult:
     """:func:`train_slowlinks` as a worker of :func:`~companion.runtime.launcher.launch`."""
     return train_slowlinks(data, profile, **options)
+
+
+# Chapter 7's study cannot import this chapter (it comes first): this chapter hands it its
+# methods, and `python -m companion.study` joins the tables (companion.commands).
+# DiLoCo's inner AdamW keeps its own learning rate: the study's lr is not used.
+STUDY_METHODS: dict[str, Method] = {
+    "powersgd": per_process(partial(slowlinks_worker, method="PowerSGD r4"), 10),
+    "localsgd": per_process(partial(slowlinks_worker, method="local SGD H16"), 10),
+    "diloco": per_process(partial(slowlinks_worker, method="DiLoCo H16"), 10),
+}

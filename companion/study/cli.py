@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..core.checks import PROFILE_HELP, DefaultsHelp, check_distinct, positive_arg, profile_arg
@@ -25,7 +25,7 @@ from ..core.lr import LR_RULES
 from ..core.profiles import get_profile
 from .analysis import FLAGS, QUIET, aggregate, table
 from .driver import SCALING, load_study, plan, run_study, save_study, subset
-from .methods import METHODS
+from .methods import METHODS, Method
 from .plots import plot_speedup, plot_study
 
 __all__ = ["main", "parse_args"]
@@ -54,21 +54,29 @@ def _ints(minimum: int):
     return parse
 
 
-def _methods(text: str) -> list[str]:
-    names = [x.strip() for x in text.split(",") if x.strip()]
-    unknown = [n for n in names if n not in METHODS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown method(s) {unknown}; choose from {list(METHODS)}"
-        )
-    try:
-        return check_distinct(names, "the list")
-    except ValueError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+def _methods(catalog: Mapping[str, Method]):
+    """An argparse ``type``: distinct names of ``catalog``, separated by commas."""
+
+    def parse(text: str) -> list[str]:
+        names = [x.strip() for x in text.split(",") if x.strip()]
+        unknown = [n for n in names if n not in catalog]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(
+                f"unknown method(s) {unknown}; choose from {list(catalog)}"
+            )
+        try:
+            return check_distinct(names, "the list")
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    parse.__name__ = "method list"
+    return parse
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The command line's options (see the module docstring)."""
+def parse_args(
+    argv: Sequence[str] | None = None, catalog: Mapping[str, Method] = METHODS
+) -> argparse.Namespace:
+    """The command line's options (see the module docstring); methods are ``catalog``'s."""
     p = argparse.ArgumentParser(
         prog="python -m companion.study",
         description="The scaling study on your own machine: every method at every device "
@@ -83,9 +91,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add = p.add_argument
     add(
         "--methods",
-        type=_methods,
+        type=_methods(catalog),
         default="split,ddp",
-        help=f"comma-separated, from {', '.join(METHODS)} ('reference': one device, no "
+        help=f"comma-separated, from {', '.join(catalog)} ('reference': one device, no "
         f"communication, the baseline each speed-up is measured against)",
     )
     add(
@@ -159,9 +167,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> list[Path]:
-    """Run (or reload) the study and write the files; returns their paths."""
-    args = parse_args(argv)
+def main(argv: Sequence[str] | None = None, catalog: Mapping[str, Method] = METHODS) -> list[Path]:
+    """Run (or reload) the study and write the files; returns their paths.
+
+    ``catalog``: the methods it may run (``python -m companion.study`` passes every
+    chapter's, joined in ``companion.commands``).
+    """
+    args = parse_args(argv, catalog)
     out = args.out
     if args.plot_only:
         records = load_study(out / "study.json")
@@ -182,6 +194,7 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
             scaling=args.scaling,
             lr_rule=args.lr_rule,
             profile=profile.name,
+            catalog=catalog,
         )
         records = run_study(
             runs,
@@ -189,6 +202,7 @@ def main(argv: Sequence[str] | None = None) -> list[Path]:
             out / "study",
             progress=False if args.no_progress else None,
             log_lines=not args.no_progress and not sys.stderr.isatty(),  # `| tee log`: lines
+            catalog=catalog,
         )
     points = aggregate(records)
     label = "; ".join(

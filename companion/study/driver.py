@@ -26,7 +26,7 @@ import io
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -39,7 +39,7 @@ from ..core.files import atomic_write
 from ..core.lines import say
 from ..core.lr import LR_RULES, scaled_lr
 from ..core.results import Record
-from .methods import METHODS, RunSpec, run_method
+from .methods import METHODS, Method, RunSpec, run_method
 
 __all__ = ["SCALING", "StudyRecord", "load_study", "plan", "run_study", "save_study", "subset"]
 
@@ -72,14 +72,15 @@ def plan(
     profile: str = "ci",
     warmup_epochs: int = 1,
     precision: str = "fp32",
+    catalog: Mapping[str, Method] = METHODS,
 ) -> list[tuple[str, RunSpec]]:
     """Every ``(method, RunSpec)`` of the study, method by method, then devices, seeds.
 
     ``warmup_epochs`` is the length of the warm-up of ``lr_rule="warmup"``;
     ``precision`` is every run's (one study, one precision: a method that
-    cannot compute in it refuses).
+    cannot compute in it refuses); ``methods`` are names of ``catalog``.
     """
-    _check_plan(methods, device_counts, seeds, scaling, lr_rule, data)
+    _check_plan(methods, device_counts, seeds, scaling, lr_rule, data, catalog)
     runs = []
     for name in methods:
         for k in device_counts:
@@ -104,14 +105,14 @@ def plan(
     return runs
 
 
-def _check_plan(methods, device_counts, seeds, scaling: str, lr_rule: str, data: Data) -> None:
+def _check_plan(methods, device_counts, seeds, scaling, lr_rule, data, catalog) -> None:
     check_data(data)
     check_choice(scaling, "scaling", SCALING)
     check_choice(lr_rule, "lr_rule", LR_RULES)
     if scaling == "strong" and lr_rule != "none":
         raise ValueError("strong scaling keeps the global batch, so keep lr_rule='none'")
     for name in methods:
-        check_choice(name, "method", METHODS)
+        check_choice(name, "method", catalog)
     for k in device_counts:
         check_int(k, "device count")
     for seed in seeds:
@@ -128,8 +129,10 @@ def run_study(
     path: str | Path | None = None,
     progress: bool | None = None,
     log_lines: bool = False,
+    catalog: Mapping[str, Method] = METHODS,
 ) -> list[StudyRecord]:
-    """Train every run of :func:`plan`; save after each run when ``path`` is given.
+    """Train every run of :func:`plan` (its names are ``catalog``'s); save after each run when
+    ``path`` is given.
 
     ``progress`` shows a tqdm bar on stderr; by default only when stderr is a
     terminal, so notebook outputs stay clean. ``log_lines`` writes one line to
@@ -147,7 +150,7 @@ def run_study(
             what = f"{name}, {spec.n_devices} device(s), seed {spec.seed}"
             bar.set_postfix_str(what)
             start = time.perf_counter()
-            for r in run_method(name, spec):
+            for r in run_method(name, spec, catalog):
                 found.append(
                     StudyRecord(
                         **asdict(r),

@@ -1,4 +1,4 @@
-"""The methods of chapters 2-6, 9 and 10, behind one signature: train one run from scratch.
+"""The methods of chapters 1-6, behind one signature: train one run from scratch.
 
 Used in: chapter 7.
 
@@ -7,14 +7,16 @@ batch, learning rate, epochs, seed, precision) and returns the run's
 :class:`~companion.core.results.Record` list, one per epoch. Each run builds
 a freshly initialised model from ``seed``: no run inherits a model, its
 BatchNorm statistics or its optimizer from the one before (seed 002's
-``train(net, ...)`` does). Registering another method is one line::
-
-    register("mine", run_mine, chapter=6, processes=True)
+``train(net, ...)`` does). :data:`METHODS` is a plain table, one
+:class:`Method` per name. A later chapter declares a table of its own next
+to its code (``STUDY_METHODS`` in chapter 9's ``companion.sharding.training``
+and chapter 10's ``companion.slowlinks.training``); only the command line joins them
+(``companion.commands``), so this chapter never imports a later one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import NamedTuple
@@ -36,17 +38,12 @@ from ..dataparallel.training import train as train_dataparallel
 from ..ddp.training import ddp_worker
 from ..internals.training import internals_worker
 from ..runtime.launcher import launch
-from ..sharding.training import METHODS as SHARDED
-from ..sharding.training import sharded_worker
-from ..slowlinks.training import METHODS as SLOWLINKS
-from ..slowlinks.training import slowlinks_worker
 from ..split.training import train as train_split
 
 __all__ = [
     "RunSpec",
     "Method",
     "METHODS",
-    "register",
     "run_method",
     "run_reference",
     "run_split",
@@ -55,7 +52,7 @@ __all__ = [
     "run_ddp",
     "run_internals",
     "run_processes",
-    "run_sharded",
+    "per_process",
 ]
 
 
@@ -96,7 +93,7 @@ class RunSpec:
 
 
 class Method(NamedTuple):
-    """A registered method: its runner, its chapter, and what it can do."""
+    """A method of a study table: its runner, its chapter, and what it can do."""
 
     run: Callable[[RunSpec], list[Record]]
     chapter: int
@@ -104,36 +101,16 @@ class Method(NamedTuple):
     warmup: bool  # follows a per-step learning-rate schedule
 
 
-METHODS: dict[str, Method] = {}
-
-
-def _check_method(name: str, run: Callable, chapter: int) -> None:
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"name must be a non-empty string (the --methods name), got {name!r}")
-    if not callable(run):
-        raise TypeError(f"run must be a function of a RunSpec, got {run!r}")
-    check_int(chapter, "chapter", 1, "the chapter that teaches the method")
-
-
-def register(
-    name: str,
-    run: Callable[[RunSpec], list[Record]],
-    *,
-    chapter: int,
-    processes: bool = False,
-    warmup: bool = False,
-) -> None:
-    """Add a method to :data:`METHODS` (a later chapter adds its own this way)."""
-    _check_method(name, run, chapter)
-    METHODS[name] = Method(run, chapter, processes, warmup)
-
-
-def run_method(name: str, spec: RunSpec) -> list[Record]:
-    """Train ``spec`` with method ``name``; its records carry ``name`` as method."""
-    check_choice(name, "method", METHODS)
-    method = METHODS[name]
+def run_method(
+    name: str, spec: RunSpec, catalog: Mapping[str, Method] | None = None
+) -> list[Record]:
+    """Train ``spec`` with method ``name`` of ``catalog`` (default :data:`METHODS`); its
+    records carry ``name`` as method."""
+    catalog = METHODS if catalog is None else catalog
+    check_choice(name, "method", catalog)
+    method = catalog[name]
     if spec.lr_rule == "warmup" and not method.warmup:
-        able = [m for m, entry in METHODS.items() if entry.warmup]
+        able = [m for m, entry in catalog.items() if entry.warmup]
         raise ValueError(
             f"method {name!r} has no per-step learning-rate schedule, so no warm-up; "
             f"use lr_rule 'linear' or 'none' with it, or one of {able}"
@@ -214,6 +191,14 @@ def run_processes(worker: Callable, spec: RunSpec) -> list[Record]:
     return outcomes[0].records
 
 
+def per_process(worker: Callable, chapter: int) -> Method:
+    """A :class:`Method` that trains with ``worker`` on one process per device (a later
+    chapter's table entry: ``per_process(partial(sharded_worker, method="ZeRO-3"), 9)``)."""
+    if not callable(worker):
+        raise TypeError(f"worker must be a launch worker (a function of rank, ...), got {worker!r}")
+    return Method(partial(run_processes, worker), chapter, processes=True, warmup=False)
+
+
 def run_allreduce(spec: RunSpec) -> list[Record]:
     """Chapter 3: one process per device, gradients averaged by the hand-written ring."""
     return run_processes(train_worker, spec)
@@ -236,37 +221,11 @@ def run_internals(spec: RunSpec) -> list[Record]:
     return run_processes(internals_worker, spec)
 
 
-def run_sharded(method: str) -> Callable[[RunSpec], list[Record]]:
-    """Chapter 9: a runner for ``method`` of :mod:`companion.sharding` (one process per device)."""
-    check_choice(method, "method", SHARDED)
-
-    def run(spec: RunSpec) -> list[Record]:
-        return run_processes(partial(sharded_worker, method=method), spec)
-
-    return run
-
-
-register("reference", run_reference, chapter=1, warmup=True)
-register("split", run_split, chapter=2, warmup=True)
-register("allreduce", run_allreduce, chapter=3, processes=True)
-register("dataparallel", run_dataparallel, chapter=4)
-register("ddp", run_ddp, chapter=5, processes=True)
-register("internals", run_internals, chapter=6, processes=True)
-
-
-def run_slowlinks(method: str) -> Callable[[RunSpec], list[Record]]:
-    """Chapter 10: a runner for ``method`` of :mod:`companion.slowlinks` (one process per
-    device; DiLoCo's inner AdamW keeps its own lr, the spec's lr is not used)."""
-    check_choice(method, "method", SLOWLINKS)
-
-    def run(spec: RunSpec) -> list[Record]:
-        return run_processes(partial(slowlinks_worker, method=method), spec)
-
-    return run
-
-
-register("zero3", run_sharded("ZeRO-3"), chapter=9, processes=True)
-register("fsdp2", run_sharded("FSDP2"), chapter=9, processes=True)
-register("powersgd", run_slowlinks("PowerSGD r4"), chapter=10, processes=True)
-register("localsgd", run_slowlinks("local SGD H16"), chapter=10, processes=True)
-register("diloco", run_slowlinks("DiLoCo H16"), chapter=10, processes=True)
+METHODS: dict[str, Method] = {  # name: Method(run, chapter, processes, warmup)
+    "reference": Method(run_reference, 1, processes=False, warmup=True),
+    "split": Method(run_split, 2, processes=False, warmup=True),
+    "allreduce": Method(run_allreduce, 3, processes=True, warmup=False),
+    "dataparallel": Method(run_dataparallel, 4, processes=False, warmup=False),
+    "ddp": Method(run_ddp, 5, processes=True, warmup=False),
+    "internals": Method(run_internals, 6, processes=True, warmup=False),
+}

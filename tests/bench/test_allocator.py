@@ -21,4 +21,4 @@ def test_each_round_runs_both_sides_in_fresh_processes():
 
 def test_a_failing_timed_process_says_so():
     with pytest.raises(RuntimeError, match="(?s)the timed process failed:.*unknown model 'vgg'"):
-        in_fresh_process("1", "vgg", 4, 1)
+        in_fresh_process(True, "vgg", 4, 1)

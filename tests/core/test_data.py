@@ -16,11 +16,6 @@ from companion.core import (
 pytestmark = pytest.mark.ch1
 
 
-@pytest.fixture(scope="module")
-def sample():
-    return load_mnist_sample()
-
-
 def test_sample_split_is_stratified_disjoint_and_fixed(sample):
     assert (len(sample.train), len(sample.test)) == (4000, 1000)
     assert torch.bincount(sample.test.labels).tolist() == [100] * 10

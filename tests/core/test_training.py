@@ -14,7 +14,6 @@ from companion.core import (
     evaluate_accuracy,
     lenet,
     load_iters,
-    load_mnist_sample,
     set_seed,
     train,
     train_step,
@@ -25,11 +24,6 @@ from companion.core.noise import scheduler_times
 from companion.core.results import CPU_SHARE_QUIET
 
 pytestmark = pytest.mark.ch1
-
-
-@pytest.fixture(scope="module")
-def sample():
-    return load_mnist_sample()
 
 
 def test_accuracy_counts_argmax_hits():

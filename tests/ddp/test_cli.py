@@ -7,21 +7,6 @@ from companion.ddp import build_parser, main
 
 pytestmark = pytest.mark.ch5
 
-TORCHRUN_VARS = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-)
-
-
-@pytest.fixture
-def no_torchrun(monkeypatch):
-    for name in TORCHRUN_VARS:
-        monkeypatch.delenv(name, raising=False)
-
 
 @pytest.mark.parametrize(
     "argv, message",

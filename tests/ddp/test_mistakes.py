@@ -5,7 +5,6 @@ import math
 
 import pytest
 
-from companion.core import Data, ImageSet, load_data
 from companion.ddp import (
     MISTAKES,
     EvaluationMiscount,
@@ -25,17 +24,6 @@ CAUGHT_BY = {
     "no-set-epoch": ["SameOrderEveryEpoch"],
     "softmax": ["ProbabilitiesNotLogits"],
 }
-
-
-@pytest.fixture(scope="module")
-def small() -> Data:
-    data = load_data("mnist-sample", verbose=False)
-    return Data(
-        "small",
-        ImageSet(data.train.images[:601], data.train.labels[:601]),
-        ImageSet(data.test.images[:203], data.test.labels[:203]),
-        data.classes,
-    )
 
 
 def test_every_mistake_has_a_detector():

@@ -23,18 +23,6 @@ GLOBAL_BATCH, LR, EPOCHS = 48, 0.1, 2
 
 
 @pytest.fixture(scope="module")
-def small() -> Data:
-    """601 training and 203 test images: neither divides by 2 or 4, so the sampler pads."""
-    data = load_data("mnist-sample", verbose=False)
-    return Data(
-        "small",
-        ImageSet(data.train.images[:601], data.train.labels[:601]),
-        ImageSet(data.test.images[:203], data.test.labels[:203]),
-        data.classes,
-    )
-
-
-@pytest.fixture(scope="module")
 def first_thousand() -> Data:
     """Chapter 5's check's data: the first 1,000 training images (with the cpu profile's batch
     of 128, 12 steps run past the first epoch; in float32 the reference's threads changed

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 import torch
 
 from companion.elastic import run_agents, standalone_command
+from tests.processes import processes_with
 
 # Two epochs of the ci profile, a snapshot every 20 steps: small enough for 2 cores. gloo keeps
 # every run on the CPU whatever GPUs there are, so that the runs compare with each other.
@@ -19,20 +19,6 @@ TIMEOUT = 120  # seconds per run; a normal run takes a few
 
 def snapshot_args(path: Path) -> list[str]:
     return [*ARGS, "--snapshot", str(path)]
-
-
-def processes_with(marker: str) -> list[int]:
-    """Live (non-zombie) processes whose command line contains ``marker``."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker in cmdline and state != "Z" and int(entry.name) != os.getpid():
-            found.append(int(entry.name))
-    return found
 
 
 def assert_no_process_left(marker: str, within: float = 15.0) -> None:

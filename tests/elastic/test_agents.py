@@ -33,10 +33,10 @@ def test_two_agents_train_together_like_one_node_with_two_processes(tmp_path, re
 def test_when_a_node_leaves_an_elastic_job_resumes_with_fewer_processes(tmp_path, reference):
     path, endpoint = tmp_path / "snapshot.pt", f"127.0.0.1:{free_port()}"
     commands = [
-        agent_command("1:2", 1, endpoint, "elastic", snapshot_args(path), max_restarts=1)
-        for _ in range(2)
+        agent_command("1:2", 1, endpoint, "elastic", [*snapshot_args(path), *kill], max_restarts=1)
+        for kill in ([], ["--kill-after", "node:30"])
     ]
-    survivor, gone = run_agents(commands, timeout=TIMEOUT, kill={1: "node:30"})
+    survivor, gone = run_agents(commands, timeout=TIMEOUT)
     survivor.check()
     assert gone.returncode == -9 and "killing its agent and itself after step 30" in gone.stdout
     assert "attempt 1: 1 process, resumed from step 20 (epoch 1, position 1280)" in survivor.stdout

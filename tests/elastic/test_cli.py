@@ -6,22 +6,6 @@ from companion.elastic import build_parser, main
 
 pytestmark = pytest.mark.ch8
 
-TORCHRUN_VARS = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "TORCHELASTIC_RESTART_COUNT",
-)
-
-
-@pytest.fixture
-def no_torchrun(monkeypatch):
-    for name in TORCHRUN_VARS:
-        monkeypatch.delenv(name, raising=False)
-
 
 @pytest.mark.parametrize(
     "argv, message",

@@ -16,12 +16,12 @@ from companion.elastic import (
     ElasticOptions,
     SnapshotError,
     describe_snapshot,
-    load_snapshot,
     run_agents,
     standalone_command,
     train_elastic,
 )
 from companion.runtime import read_scalars
+from companion.sharding.snapshot import ELASTIC_METHODS, load_sharded_snapshot
 
 from .conftest import TIMEOUT, assert_no_process_left, final_model, snapshot_args
 
@@ -40,10 +40,8 @@ def quiet_read_scalars(log_dir):
 def test_a_worker_killed_mid_epoch_resumes_to_the_uninterrupted_parameters(tmp_path, reference):
     path = tmp_path / "snapshot.pt"
     logs = tmp_path / "logs"
-    argv = [*snapshot_args(path), "--log-dir", str(logs)]
-    [run] = run_agents(
-        [standalone_command(2, argv, max_restarts=1)], timeout=TIMEOUT, kill={0: "1:30"}
-    )
+    argv = [*snapshot_args(path), "--log-dir", str(logs), "--kill-after", "1:30"]
+    [run] = run_agents([standalone_command(2, argv, max_restarts=1)], timeout=TIMEOUT)
     run.check()
     lines = [line for line in run.stdout.splitlines() if not line.startswith("step ")]
     assert "rank 1: killed with SIGKILL after step 30" in lines
@@ -102,19 +100,23 @@ def test_another_runs_snapshot_is_refused(one_process_group, tmp_path):
 @pytest.mark.parametrize("method", ["FSDP2", "ZeRO-3"])
 def test_a_sharded_resume_in_one_process_restores_everything(one_process_group, tmp_path, method):
     data, cfg = small_data(), DDPConfig("ci", epochs=2, global_batch=64)
-    whole = train_elastic(data, cfg, ElasticOptions(str(tmp_path / "a"), 4, sharded=method))
-    opts = ElasticOptions(str(tmp_path / "b"), 4, sharded=method)
+    sharded = ELASTIC_METHODS[method]
+    whole = train_elastic(data, cfg, ElasticOptions(str(tmp_path / "a"), 4, method=sharded))
+    opts = ElasticOptions(str(tmp_path / "b"), 4, method=sharded)
     stopped = train_elastic(data, DDPConfig("ci", epochs=2, global_batch=64, max_steps=7), opts)
-    assert stopped.losses[-1][0] == 7 and load_snapshot(opts.snapshot)["step"] == 4
+    assert stopped.losses[-1][0] == 7 and load_sharded_snapshot(opts.snapshot)["step"] == 4
     resumed = train_elastic(data, cfg, opts)  # the shards of step 4 read back by DCP
     assert resumed.resumed_from == 4 and resumed.losses[:3] == stopped.losses[4:]
     assert_close(resumed.params, whole.params, rtol=0, atol=0)
-    snapshot = load_snapshot(opts.snapshot)
+    snapshot = load_sharded_snapshot(opts.snapshot)
     assert (snapshot["epoch"], snapshot["step"], snapshot["sharded"]) == (2, 20, opts.snapshot)
     assert "model:     in shards, 1 DCP file(s)" in describe_snapshot(snapshot)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # no .partial left
-    with pytest.raises(SnapshotError, match=rf"another run \(sharded: '{method}' -> None\)"):
+    with pytest.raises(SnapshotError, match=r"is a directory; give the snapshot's file name"):
         train_elastic(data, cfg, ElasticOptions(opts.snapshot, 4))  # DDP on FSDP2's snapshot
+    other = "ZeRO-3" if method == "FSDP2" else "FSDP2"
+    with pytest.raises(SnapshotError, match=rf"another run \(sharded: '{method}' -> '{other}'\)"):
+        train_elastic(data, cfg, ElasticOptions(opts.snapshot, 4, method=ELASTIC_METHODS[other]))
 
 
 # A worker killed under torchrun while sharded (FSDP2, ZeRO-3), resumed to the uninterrupted run's

@@ -26,17 +26,6 @@ RUNS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def small() -> Data:
-    data = load_data("mnist-sample", verbose=False)
-    return Data(
-        "small",
-        ImageSet(data.train.images[:601], data.train.labels[:601]),
-        ImageSet(data.test.images[:203], data.test.labels[:203]),
-        data.classes,
-    )
-
-
 def test_every_variant_trains_like_one_process_on_the_global_batches(small):
     common = {
         "model": "lenet",

@@ -9,29 +9,15 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
 from companion.core import get_model
 from companion.runtime import load_checkpoint, read_scalars, run_torchrun, torchrun_command
+from tests.processes import processes_with
 
 pytestmark = pytest.mark.ch5
-
-
-def processes_with(marker: str) -> list[int]:
-    """Live (non-zombie) processes whose command line contains ``marker``."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if marker in cmdline and state != "Z" and int(entry.name) != os.getpid():
-            found.append(int(entry.name))
-    return found
 
 
 def wait_gone(marker: str, within: float) -> list[int]:

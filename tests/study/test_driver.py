@@ -3,7 +3,6 @@ import math
 
 import pytest
 
-from companion.core.data import load_mnist_sample
 from companion.study.driver import (
     StudyRecord,
     load_study,
@@ -16,9 +15,9 @@ from companion.study.driver import (
 pytestmark = pytest.mark.ch7
 
 
-@pytest.fixture(scope="module")
-def data():
-    return subset(load_mnist_sample(), 256, 64)
+@pytest.fixture
+def data(small_sample):  # 256 + 64 digits of the sample (tests/conftest.py)
+    return small_sample
 
 
 def test_plan_strong_and_weak(data):

@@ -1,21 +1,22 @@
 import pytest
 import torch
 
-from companion.core.data import load_mnist_sample
-from companion.study.driver import subset
-from companion.study.methods import METHODS, RunSpec, register, run_method
+from companion.commands import STUDY_METHODS
+from companion.study.methods import METHODS, Method, RunSpec, run_method
 
 pytestmark = pytest.mark.ch7
 
 
-@pytest.fixture(scope="module")
-def data():
-    return subset(load_mnist_sample(), 256, 64)
+@pytest.fixture
+def data(small_sample):  # 256 + 64 digits of the sample (tests/conftest.py)
+    return small_sample
 
 
-def test_registry_holds_chapters_2_to_6():
-    names = ("split", "allreduce", "dataparallel", "ddp", "internals")
-    assert [METHODS[m].chapter for m in names] == [2, 3, 4, 5, 6]
+def test_the_study_holds_chapters_1_to_6_and_the_command_line_every_chapter_in_order():
+    assert [m.chapter for m in METHODS.values()] == [1, 2, 3, 4, 5, 6]
+    chapters = [m.chapter for m in STUDY_METHODS.values()]
+    assert chapters == sorted(chapters) and set(chapters) == {1, 2, 3, 4, 5, 6, 9, 10}
+    assert {k: v for k, v in STUDY_METHODS.items() if v.chapter <= 6} == METHODS
 
 
 def test_chapter_6_rebuild_trains_like_chapter_5_ddp(data):
@@ -29,11 +30,11 @@ def test_chapter_6_rebuild_trains_like_chapter_5_ddp(data):
 
 def test_chapter_9_sharded_methods_join_the_study_and_train_like_ddp(data):
     """ZeRO-3 and FSDP2 through the study's runner: chapter 9's methods, the same losses as DDP."""
-    assert (METHODS["zero3"].chapter, METHODS["fsdp2"].chapter) == (9, 9)
+    assert (STUDY_METHODS["zero3"].chapter, STUDY_METHODS["fsdp2"].chapter) == (9, 9)
     spec = RunSpec(data, "lenet", 2, 64, 0.1, 1, profile="ci")
     ddp = run_method("ddp", spec)
     for name in ("zero3", "fsdp2"):
-        records = run_method(name, spec)
+        records = run_method(name, spec, STUDY_METHODS)
         assert [r.method for r in records] == [name] and records[0].precision == "fp32"
         torch.testing.assert_close(records[0].train_loss, ddp[0].train_loss, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(records[0].test_acc, ddp[0].test_acc, rtol=0, atol=1e-9)
@@ -41,30 +42,26 @@ def test_chapter_9_sharded_methods_join_the_study_and_train_like_ddp(data):
 
 def test_chapter_10_methods_join_the_study(data):
     """PowerSGD, local SGD and DiLoCo through the study's runner: records under their names."""
-    assert [METHODS[m].chapter for m in ("powersgd", "localsgd", "diloco")] == [10, 10, 10]
+    assert [STUDY_METHODS[m].chapter for m in ("powersgd", "localsgd", "diloco")] == [10, 10, 10]
     spec = RunSpec(data, "lenet", 2, 64, 0.1, 1, profile="ci")
     for name in ("powersgd", "localsgd", "diloco"):
-        records = run_method(name, spec)
+        records = run_method(name, spec, STUDY_METHODS)
         assert [r.method for r in records] == [name] and records[0].n_devices == 2
         assert 0 < records[0].train_loss < 3 and 0 <= records[0].test_acc <= 1
 
 
-def test_register_is_one_line_and_checks(data):
+def test_a_table_of_ones_own_is_one_line_and_leaves_the_study_s_alone(data):
     def fake(spec):
         return run_method("reference", spec)
 
-    register("test-fake", fake, chapter=6)
-    try:
-        records = run_method("test-fake", RunSpec(data, "lenet", 1, 64, 0.1, 1, profile="ci"))
-        assert [r.method for r in records] == ["test-fake"]
-        with pytest.raises(ValueError, match="no per-step learning-rate schedule"):
-            run_method(
-                "test-fake", RunSpec(data, "lenet", 2, 64, 0.2, 1, base_lr=0.1, lr_rule="warmup")
-            )
-    finally:
-        del METHODS["test-fake"]
-    with pytest.raises(TypeError):
-        register("bad", 3, chapter=1)
+    mine = {**METHODS, "test-fake": Method(fake, 6, processes=False, warmup=False)}
+    records = run_method("test-fake", RunSpec(data, "lenet", 1, 64, 0.1, 1, profile="ci"), mine)
+    assert [r.method for r in records] == ["test-fake"] and "test-fake" not in METHODS
+    with pytest.raises(ValueError, match="no per-step learning-rate schedule"):
+        spec = RunSpec(data, "lenet", 2, 64, 0.2, 1, base_lr=0.1, lr_rule="warmup")
+        run_method("test-fake", spec, mine)
+    with pytest.raises(ValueError, match="unknown method 'test-fake'"):
+        run_method("test-fake", spec)
 
 
 def test_runspec_refuses_a_batch_that_does_not_split(data):
