@@ -87,7 +87,7 @@ def setup_rank(
     mode = MathMode(cfg.precision, device, cfg.channels_last)
     set_seed(cfg.seed)
     net = mode.place(get_model(cfg.model), device)
-    quiet_nominal_strides(net, mode)
+    step = quiet_nominal_strides(net, mode, make_step(mode))
     warm_up(net, *next(iter(train_iter)), cfg.lr)  # on a copy: one-off costs untimed
     net = wrap(net)
     optimizer = make_optimizer(net.parameters(), cfg.lr)
@@ -102,15 +102,15 @@ def setup_rank(
         evaluate=lambda model: evaluate_distributed(model, data.test, device),
         epochs=cfg.epochs,
         labels=dict(profile=cfg.profile, model=cfg.model, dataset=data.name, precision=str(mode)),
-        step=make_step(mode),
+        step=step,
         max_steps=cfg.max_steps,
         sampler=sampler,
     )
 
 
-def quiet_nominal_strides(net: nn.Module, mode: MathMode) -> bool:
-    """Silence DDP's "Grad strides do not match bucket view strides" in this process when
-    ``net`` is channels-last and has a 4-D weight with a size-1 dimension; True if it did.
+def quiet_nominal_strides(net: nn.Module, mode: MathMode, step: Callable) -> Callable:
+    """``step``, silencing DDP's "Grad strides do not match bucket view strides" while it runs
+    when ``net`` is channels-last and has a 4-D weight with a size-1 dimension; else ``step``.
 
     Such a weight (a one-channel input's convolution, a 1x1 kernel) has two
     stride tuples for one memory order, and on a GPU the gradient may come
@@ -118,10 +118,16 @@ def quiet_nominal_strides(net: nn.Module, mode: MathMode) -> bool:
     though nothing is copied differently (pytorch/pytorch#47163; seen with
     ResNet-18's first convolution on an H200). Other models keep the warning.
     """
-    if mode.channels_last and any(p.dim() == 4 and 1 in p.shape[1:] for p in net.parameters()):
-        warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
-        return True
-    return False
+    nominal = any(p.dim() == 4 and 1 in p.shape[1:] for p in net.parameters())
+    if not (mode.channels_last and nominal):
+        return step
+
+    def quiet_step(*args, **kwargs):  # the filter lasts the step: the process keeps its own
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Grad strides do not match bucket view")
+            return step(*args, **kwargs)
+
+    return quiet_step
 
 
 def _check_setup(data: Data, cfg: DDPConfig) -> tuple[int, int]:

@@ -100,19 +100,26 @@ def test_only_a_nominal_stride_warning_of_a_channels_last_model_is_silenced(
     from companion.ddp.loop import quiet_nominal_strides
 
     net = MathMode("fp32", "cpu", channels_last).place(get_model(model), "cpu")
-    expected = quiet
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        assert quiet_nominal_strides(net, MathMode("fp32", "cpu", channels_last)) is expected
+
+    def step(*_):  # what DDP's reducer does in backward, then another warning
         warnings.warn(
             "Grad strides do not match bucket view strides. This may indicate ...",
             UserWarning,
             stacklevel=1,
         )
         warnings.warn("another warning", UserWarning, stacklevel=1)
+        return "stepped"
+
+    filters = list(warnings.filters)
+    quiet_step = quiet_nominal_strides(net, MathMode("fp32", "cpu", channels_last), step)
+    assert (quiet_step is not step) is quiet and warnings.filters == filters
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert quiet_step() == "stepped"
+        step()  # outside the step, the process's filters are as they were
     shown = [str(w.message).split(".")[0] for w in seen]
-    assert shown == (
-        ["another warning"]
-        if expected
-        else ["Grad strides do not match bucket view strides", "another warning"]
-    )
+    grads = "Grad strides do not match bucket view strides"
+    assert shown == (["another warning"] if quiet else [grads, "another warning"]) + [
+        grads,
+        "another warning",
+    ]
