@@ -820,6 +820,7 @@ NO_ROW = {  # 'package.name': why it needs no bad-input row
     "elastic.ElasticMethod": "a named tuple of functions; ElasticOptions.check refuses anything else",
     "core.ProcessPlan": "a named tuple of values that Profile.processes builds; nothing to refuse",
     "sharding.is_sharded_checkpoint": "a yes-or-no question about any path: nothing to refuse",
+    "sharding.last_saved": "a question about any path (the folder found, or None): nothing to refuse",
     "core.keep_freed_memory": "takes no arguments; tests/core/test_allocator.py measures it",
     "core.reduce_scatter_single": "passes its arguments to torch.distributed's own collective, which checks them",
     "core.all_gather_single": "passes its arguments to torch.distributed's own collective, which checks them",

@@ -194,3 +194,54 @@ def test_nbval_sanitises_only_float64_rounding_gaps_among_numbers():
         clean("gap 2e-15, 1e-06, 0e+00, 61,706 parameters")
         == "gap 2e-15, 1e-06, 0e+00, 61,706 parameters"
     )
+
+
+PACKAGE_PATH = re.compile(r"\b((?:tests|companion)/[\w/.-]+\.py)\b")
+
+
+def test_every_file_the_prose_names_exists():
+    """A path such as ``tests/split/test_naive.py`` in a chapter, the preface or the README
+    is a file of this repository (the prose once cited test files that had moved)."""
+    pages = [*(ROOT / "book").glob("*.md"), ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
+    texts = {p.name: p.read_text() for p in pages}
+    for nb_path in NOTEBOOKS:
+        texts[nb_path.name] = "\n".join(
+            "".join(c["source"]) for c in load(nb_path)["cells"] if c["cell_type"] == "markdown"
+        )
+    named = {(page, path) for page, text in texts.items() for path in PACKAGE_PATH.findall(text)}
+    assert len(named) > 10  # the pattern finds the paths the pages do name
+    missing = sorted((page, path) for page, path in named if not (ROOT / path).is_file())
+    assert not missing, f"pages name files that do not exist (page, path): {missing}"
+
+
+CHAPTER_FILES = {int(p.name[2:4]): p.name for p in NOTEBOOKS if p.name.startswith("ch")}
+BARE_CHAPTER = re.compile(r"(?<![\[\w/])\b[Cc]hapter (\d+)\b(?!\]\()")
+
+
+def prose_lines(nb_path: Path):
+    """(cell number, line) of the markdown cells, code spans blanked."""
+    for i, cell in enumerate(load(nb_path)["cells"]):
+        if cell["cell_type"] == "markdown":
+            for line in "".join(cell["source"]).splitlines():
+                yield i, re.sub(r"`[^`]*`", "``", line)
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_wrapped_line_never_starts_with_a_number_and_a_full_stop(nb_path):
+    """Markdown reads an indented "1. Both ..." inside a bullet as a new numbered list
+    (chapter 10's summary once rendered "lr" and a list starting at 1)."""
+    bad = [(i, line) for i, line in prose_lines(nb_path) if re.match(r"^ +\d+\.\s", line)]
+    assert not bad, f"reflow these lines (cell, line): {bad}"
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_other_chapter_named_in_the_prose_is_a_link(nb_path):
+    own = int(nb_path.name[2:4]) if nb_path.name.startswith("ch") else None
+    bare = [
+        (i, line.strip()[:80])
+        for i, line in prose_lines(nb_path)
+        if not line.lstrip().startswith("#")  # headings stay plain
+        for m in BARE_CHAPTER.finditer(line)
+        if int(m.group(1)) != own and int(m.group(1)) in CHAPTER_FILES
+    ]
+    assert not bare, f"link these, e.g. [chapter 5](ch05_ddp.ipynb) (cell, line): {bare}"

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
+import textwrap
 import time
 from collections.abc import Callable, Sequence
 
@@ -56,6 +57,28 @@ def plain_text(doc: str) -> str:
     return doc.replace("``", "").replace("::\n", ":\n")
 
 
+HELP_WIDTH = 88  # a terminal's width, less a margin: no help line is wider
+
+
+def fill(text: str, width: int = HELP_WIDTH) -> str:
+    """``text`` wrapped to ``width``, paragraph by paragraph; an indented line (a list
+    item, a literal block) is wrapped on its own, keeping its indent."""
+    out = []
+    for block in text.strip("\n").split("\n\n"):
+        lines = block.splitlines()
+        if not any(line[:1].isspace() for line in lines):
+            out.append(textwrap.fill(" ".join(line.strip() for line in lines), width))
+            continue
+        wrapped = []
+        for line in lines:
+            indent = line[: len(line) - len(line.lstrip())]
+            wrapped.append(
+                textwrap.fill(line, width, subsequent_indent=indent + "  ") if line else line
+            )
+        out.append("\n".join(wrapped))
+    return "\n\n".join(out)
+
+
 def bench_parser(name: str, doc: str, **defaults) -> argparse.ArgumentParser:
     """The parser of ``python -m companion.bench NAME``, described by ``doc``.
 
@@ -66,9 +89,11 @@ def bench_parser(name: str, doc: str, **defaults) -> argparse.ArgumentParser:
     target = f"target: {TARGETS[name].what} {TARGETS[name]}\n" if name in TARGETS else ""
     parser = argparse.ArgumentParser(
         prog=f"python -m companion.bench {name}",
-        description=plain_text(doc),
-        epilog=f"{target}Every ratio is the median of paired rounds, printed with the lowest "
-        f"and highest; {NOISE_RULE}.",
+        description=fill(plain_text(doc)),
+        epilog=fill(
+            f"{target}\nEvery ratio is the median of paired rounds, printed with the lowest "
+            f"and highest; {NOISE_RULE}."
+        ),
         formatter_class=RawDefaultsHelp,
     )
     by_dest = {dest: (flag, kind, text) for flag, (dest, kind, text) in _SHARED.items()}
@@ -122,15 +147,16 @@ def run_settings(
     rounds: int,
     steps: int,
 ) -> dict:
-    """A launched benchmark's settings, checked, as its report prints them (the model and
-    the global batch default to the profile's)."""
+    """A launched benchmark's settings, checked, as its report prints them (the model
+    defaults to the one the profile's processes train, LeNet on the CPU with one GPU;
+    the global batch to the profile's)."""
     if rounds < 1 or steps < 1:
         raise ValueError(f"rounds and steps must be >= 1, got {rounds}, {steps}")
     keep_freed_memory()  # as every timed loop of the book (chapter 1)
     profile = get_profile(profile)
     return dict(
         world_size=world_size,
-        model=model or profile.model,
+        model=model or profile.processes.model,
         global_batch=global_batch or profile.batch_size,
         rounds=rounds,
         steps=steps,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import importlib
 import sys
+import textwrap
 
-from . import available
+from . import HELP_WIDTH, available
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
                 .strip()
                 .splitlines()
             )
-            print(f"  {name:<12} {doc[0] if doc else ''}")
+            first = textwrap.fill(doc[0] if doc else "", HELP_WIDTH - 15)
+            print(textwrap.indent(first, " " * 15).replace(" " * 15, f"  {name:<12} ", 1))
         return 0
     if argv[0] not in names:
         print(

@@ -4,7 +4,8 @@ The book's timed loops ask glibc's ``malloc`` to keep the memory torch frees
 (:func:`~companion.core.allocator.keep_freed_memory`). The setting belongs to a
 process, so each side runs in a new interpreter: every round starts one
 process that leaves glibc's defaults and one that calls
-``keep_freed_memory()`` first, the order alternating. Each process times the profile's model through
+``keep_freed_memory()`` first, the order alternating. Each process times, on the CPU, the
+model the profile trains there (its last: LeNet) through
 ``companion.core.training.train_step`` on one batch of the profile's size
 (random 28x28 images, after a warm-up) and counts the page faults of those
 steps. The ratio is the kept side's step time over the defaults' in the same
@@ -26,6 +27,7 @@ from torch import nn
 
 from ..core.models import get_model
 from ..core.noise import Load, judge, paired_ratio, rotated
+from ..core.profiles import get_profile
 from ..core.training import set_seed, train_step
 from . import bench_parser, measure_and_report, run_settings
 
@@ -67,7 +69,10 @@ def in_fresh_process(keep: bool, model: str, batch: int, steps: int) -> dict[str
 
 def measure(profile: str | None = None, rounds: int = 5, steps: int = 40) -> dict:
     """Per side, one ``{"ms", "faults"}`` per round, each from a fresh process."""
-    settings = run_settings(1, profile, model=None, global_batch=None, rounds=rounds, steps=steps)
+    cpu_model = get_profile(profile).models[-1]  # glibc's memory is the CPU's: its model
+    settings = run_settings(
+        1, profile, model=cpu_model, global_batch=None, rounds=rounds, steps=steps
+    )
     args = (settings["model"], settings["global_batch"], steps)
     seen: dict = {side: [] for side in SIDES}
     for r in range(rounds):

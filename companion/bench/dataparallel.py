@@ -146,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         "--batch-sizes",
         type=positive_arg(int),
         nargs="+",
+        metavar="N",
         default=list(BATCH_SIZES),
         help="global batch sizes",
     )

@@ -264,7 +264,8 @@ def train_reference(
 
     Each step concatenates every rank's minibatch (same shards and shuffles as
     :func:`train_worker`) into one batch of ``global_batch`` and takes one
-    ordinary step on its mean loss. Returns the flattened parameters.
+    ordinary step on its mean loss. Returns the flattened parameters. ``model``
+    defaults to :func:`train_worker`'s (the profile's processes').
     """
     check_data(data)
     shards = DataPartitioner.even(data.train, world_size, seed)
@@ -278,5 +279,5 @@ def train_reference(
                 yield torch.cat(Xs), torch.cat(ys)
 
     set_seed(seed)
-    net = get_model(model or get_profile(profile).model)
+    net = get_model(model or get_profile(profile).processes.model)
     return sgd_steps(net, global_batches(), lr, steps)

@@ -10,7 +10,8 @@ profile        data                            model                            
                when there is no network)
 ``gpu``        Fashion-MNIST                   ResNet-18 (small-image), LeNet    10
                (LeNet: processes on the CPU)
-``rehearsal``  as ``ci``, in fp16              LeNet                             2
+``rehearsal``  as ``ci``, in fp16              LeNet with BatchNorm, LeNet       2
+               (LeNet: processes on the CPU)
 =============  ==============================  ================================  ======
 
 The profile comes from ``BOOK_PROFILE`` when it is set, else from the
@@ -29,7 +30,9 @@ nccl refuses two ranks on one GPU, and gloo handles only ``broadcast`` and
 send/receive of chapter 3 or the gathers of chapter 9. ``rehearsal`` is
 what CI runs for the commonest reader, Colab with one GPU (a T4): the
 ``gpu`` profile's one-GPU device counts and process plan, fp16 with a loss
-scaler as on a T4, at the ``ci`` profile's sizes, on the CPU.
+scaler as on a T4, at the ``ci`` profile's sizes, on the CPU, with two models as
+``gpu`` has (LeNet with BatchNorm in the chapter's own cells, LeNet in the processes), so
+that a cell giving a process run the chapter's model instead of ``processes.model`` fails.
 
 ``BOOK_DATA`` replaces the profile's data set, e.g. ``BOOK_DATA=synthetic`` to time the GPU path
 offline (``make gpu-check``). ``BOOK_PRECISION`` replaces the profile's
@@ -148,7 +151,7 @@ PROFILES: dict[str, Profile] = {
     "rehearsal": Profile(
         "rehearsal",
         "mnist-sample",
-        ("lenet",),
+        ("lenet-bn", "lenet"),  # two models, BatchNorm first, as gpu's ResNet-18 and LeNet
         epochs=2,
         batch_size=64,
         lr=0.1,

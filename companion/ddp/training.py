@@ -205,5 +205,5 @@ def train_reference_ddp(
                 yield X_all[idx], y_all[idx]
 
     set_seed(seed)
-    net = mode.place(get_model(model or get_profile(profile).model), "cpu")
+    net = mode.place(get_model(model or get_profile(profile).processes.model), "cpu")
     return sgd_steps(net, global_batches(), lr, steps, clip)

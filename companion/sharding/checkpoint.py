@@ -47,6 +47,7 @@ __all__ = [
     "save_sharded",
     "load_sharded",
     "is_sharded_checkpoint",
+    "last_saved",
     "load_extra",
     "checkpoint_worker",
 ]
@@ -61,8 +62,10 @@ def save_sharded(
     """Every rank writes its shards of model and optimizer into the folder ``path``.
 
     Atomic as a whole: the ranks write into ``path.partial``, and once all
-    are done rank 0 puts it in place of ``path``, so a crash leaves either
-    the old checkpoint or the new one, never a mix. ``extra`` (rank 0's:
+    are done rank 0 moves the last checkpoint to ``path.old`` and the new one
+    to ``path``, so a crash leaves the old checkpoint or the new one, never a
+    mix; between the two renames the old one is ``path.old``, which
+    :func:`last_saved` finds. ``extra`` (rank 0's:
     small, whole state such as the step or an lr scheduler) goes into the
     same folder, for :func:`load_extra`.
     """
@@ -83,13 +86,22 @@ def save_sharded(
         if extra is not None:
             torch.save(extra, partial / EXTRA)
         old = Path(f"{path}.old")
-        shutil.rmtree(old, ignore_errors=True)  # a crashed save's, or os.replace fails
-        if path.exists():
+        if path.exists():  # whole: a crashed save's .old is not needed (os.replace needs it gone)
+            shutil.rmtree(old, ignore_errors=True)
             os.replace(path, old)
-        os.replace(partial, path)
+        os.replace(partial, path)  # at every moment path or old is a whole checkpoint
         shutil.rmtree(old, ignore_errors=True)
     dist.barrier()
     return path
+
+
+def last_saved(path: str | Path) -> Path | None:
+    """Where the last checkpoint that :func:`save_sharded` wrote at ``path`` is: ``path``,
+    or ``path.old`` after a crash between its two renames (``None``: neither exists)."""
+    path, old = Path(path), Path(f"{path}.old")
+    if path.exists():
+        return path
+    return old if is_sharded_checkpoint(old) else None
 
 
 def is_sharded_checkpoint(path: str | Path) -> bool:

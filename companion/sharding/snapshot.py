@@ -32,7 +32,14 @@ from ..elastic.snapshot import (
 )
 from ..elastic.trainer import ElasticMethod
 from ..runtime.epochs import Rank
-from .checkpoint import CHECKPOINTED, is_sharded_checkpoint, load_extra, load_sharded, save_sharded
+from .checkpoint import (
+    CHECKPOINTED,
+    is_sharded_checkpoint,
+    last_saved,
+    load_extra,
+    load_sharded,
+    save_sharded,
+)
 from .training import full_parameters, setup_sharded
 
 __all__ = [
@@ -63,10 +70,11 @@ def save_sharded_snapshot(
 
 
 def load_sharded_snapshot(path: str | Path) -> dict[str, Any] | None:
-    """Rank 0's part of the sharded snapshot at ``path`` (``None``: none yet); the shards
-    are read by :func:`restore_sharded`."""
-    path = Path(path)
-    if not path.exists():
+    """Rank 0's part of the sharded snapshot at ``path`` (``None``: none yet), or at
+    ``path.old`` after a crash mid-save (:func:`~companion.sharding.checkpoint.last_saved`);
+    the shards are read by :func:`restore_sharded`."""
+    path = last_saved(path)
+    if path is None:
         return None
     if not is_sharded_checkpoint(path):
         raise SnapshotError(

@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ..core.checks import check_positive
 from ..core.data import Data
+from ..core.precision import MathMode
 from ..core.profiles import Profile, get_profile
 from ..core.results import Record
 from ..core.training import step_for
@@ -154,19 +155,37 @@ def train_slowlinks(
         )
         return model
 
+    def make_step(mode: MathMode):
+        _check_scaled_meetings(method, mode)
+        return _counted(step_for(mode), ledger)
+
     run = setup_rank(
         data,
         cfg,
         method,
         wrap,
         make_optimizer=lambda params, lr: made["optimizer"],
-        make_step=lambda mode: _counted(step_for(mode), ledger),
+        make_step=make_step,
     )
     if isinstance(run.optimizer, _Periodic):
         run.evaluate = _of_the_average(run.evaluate, run.optimizer)
     marks: list[int] = []
     records = train_epochs(run, on_epoch=lambda *_: marks.append(len(ledger.calls)))
     return SlowResult(records, ledger, run.steps, marks)
+
+
+def _check_scaled_meetings(method: str, mode: MathMode) -> None:
+    """Local SGD and DiLoCo meet inside ``optimizer.step()``, and fp16's loss scaler skips
+    ``step()`` on a rank that finds an inf in its own gradients (nothing averaged them):
+    that rank would miss a meeting the others wait in until the group's timeout."""
+    _, _, local, diloco = _parse(method).groups()
+    if (local or diloco) and mode.precision == "fp16":
+        raise ValueError(
+            f"{method} meets inside optimizer.step(), which fp16's loss scaler skips on a "
+            f"rank whose own gradients overflow: that rank would miss the meeting the others "
+            f"wait in. Train {method} in fp32 or bf16 (precision='fp32'), or in fp16 a method "
+            f"that averages in backward (DDP, fp16, bf16, PowerSGD)"
+        )
 
 
 def _of_the_average(evaluate, optimizer: _Periodic):

@@ -70,11 +70,10 @@ def test_the_rehearsal_is_the_one_gpu_path_at_ci_sizes_in_fp16(monkeypatch):
     # as on a T4: fp16 on the GPU, fp32 in the processes that fall back to the CPU
     assert rehearsal.processes == ProcessPlan("gloo", "cpu", "lenet", rehearsal.epochs, "fp32")
     assert rehearsal.precision == "fp16"  # a T4 has no bf16: autocast with a loss scaler
-    assert (rehearsal.dataset, rehearsal.models, rehearsal.batch_size) == (
-        ci.dataset,
-        ci.models,
-        ci.batch_size,
-    )
+    assert (rehearsal.dataset, rehearsal.batch_size) == (ci.dataset, ci.batch_size)
+    # two models as gpu's: the chapter's own cells train one with BatchNorm, the processes
+    # LeNet (a process run given the chapter's model fails: other state_dict keys)
+    assert rehearsal.models == ("lenet-bn", "lenet") and gpu.models[-1] == "lenet"
     assert rehearsal.epochs < ci.epochs  # fp16 on a CPU is slower than fp32
     assert get_profile("rehearsal", gpus=2).device_counts == (1, 2)  # still follows gpus
     text = describe_setup(rehearsal)

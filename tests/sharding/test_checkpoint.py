@@ -2,12 +2,16 @@
 N ranks load on M ranks (2->1, 1->2, 2->3, 3->4) with the parameters equal, and the next step
 equal too (the moments and Adam's step count came along)."""
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 from torch.testing import assert_close
 
 from companion.runtime import WorkerError, launch
-from companion.sharding.checkpoint import checkpoint_worker, load_sharded
+from companion.sharding import snapshot
+from companion.sharding.checkpoint import checkpoint_worker, last_saved, load_sharded
 
 from .workers import LOADERS, partial_load_worker
 
@@ -47,6 +51,29 @@ def test_saving_again_replaces_the_checkpoint_whole(tmp_path, batch):
         loaded[0]["at checkpoint"], second[0]["at checkpoint"], rtol=0, atol=0
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_a_crash_between_the_two_renames_leaves_the_last_checkpoint_found(
+    tmp_path, batch, monkeypatch
+):
+    """save_sharded moves ``path`` to ``path.old``, then ``path.partial`` to ``path``: after a
+    crash between the two, the last checkpoint is found at ``path.old`` (the snapshot too),
+    and the next save puts a whole one at ``path`` and removes the rest."""
+    path = tmp_path / "ckpt"
+    saved = launch(checkpoint_worker, 2, str(path), "save", *batch, 1, backend="gloo", timeout=240)
+    assert last_saved(path) == path and last_saved(tmp_path / "none") is None
+    os.replace(path, f"{path}.old")  # the first rename done; the crash comes before the second
+    assert last_saved(path) == Path(f"{path}.old")
+    found = str(last_saved(path))
+    loaded = launch(checkpoint_worker, 1, found, "load", *batch, backend="gloo", timeout=240)
+    assert_close(loaded[0]["at checkpoint"], saved[0]["at checkpoint"], rtol=0, atol=0)
+    monkeypatch.setattr(snapshot, "load_extra", lambda p: {"read from": str(p)})
+    monkeypatch.setattr(snapshot, "check_format", lambda s, p: s)
+    assert snapshot.load_sharded_snapshot(path)["sharded"] == found
+    again = launch(checkpoint_worker, 2, str(path), "save", *batch, 3, backend="gloo", timeout=240)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    loaded = launch(checkpoint_worker, 1, str(path), "load", *batch, backend="gloo", timeout=240)
+    assert_close(loaded[0]["at checkpoint"], again[0]["at checkpoint"], rtol=0, atol=0)
 
 
 def test_a_stage_refuses_a_checkpoint_of_other_layouts(tmp_path, batch):

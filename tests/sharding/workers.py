@@ -275,10 +275,11 @@ def unresharded_worker(rank, world_size):
     return saved_weight_bytes(model, torch.randn(8, 1, 28, 28), mode.autocast())
 
 
-def overflow_worker(rank, world_size, methods):
-    """fp16 with ``ShardedScaler``: an inf planted in the last rank's gradient shard on the
-    first step only. Per method: whether this rank saw an inf itself, the scaler's count of
-    skipped steps and scale, whether step 1 left the parameters alone and step 2 moved them."""
+def overflow_worker(rank, world_size, methods, scaler_kind="sharded"):
+    """fp16 with ``ShardedScaler`` (or torch's plain ``GradScaler``, ``scaler_kind="plain"``):
+    an inf planted in the last rank's gradient shard on the first step only. Per method:
+    whether this rank saw an inf itself, the scale after both steps, whether step 1 left the
+    parameters alone and step 2 moved them, and the parameters."""
     import torch
     from torch.nn import functional as F
 
@@ -294,7 +295,11 @@ def overflow_worker(rank, world_size, methods):
     for method in methods:
         set_seed(0)
         model, opt = shard(method, divisible_mlp(24, 3), torch.optim.SGD, mode, lr=0.1)
-        scaler, seen, local = ShardedScaler(init_scale=1024.0), [], False
+        if scaler_kind == "plain":
+            scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+        else:
+            scaler = ShardedScaler(init_scale=1024.0)
+        seen, local = [], False
         for step in range(2):
             seen.append(full_parameters(model, opt))
             with mode.autocast():
@@ -311,7 +316,6 @@ def overflow_worker(rank, world_size, methods):
         seen.append(full_parameters(model, opt))
         out[method] = {
             "local": local,
-            "skipped": scaler.skipped,
             "scale": scaler.get_scale(),
             "step 1 skipped": torch.equal(seen[0], seen[1]),
             "step 2 taken": not torch.equal(seen[1], seen[2]),

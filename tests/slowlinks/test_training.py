@@ -1,4 +1,5 @@
-"""train_slowlinks hands DiLoCo's inner learning rate to its AdamW (it used to keep 1e-3)."""
+"""train_slowlinks hands DiLoCo's inner learning rate to its AdamW (it used to keep 1e-3), and
+refuses fp16 for the methods that meet inside ``step()``."""
 
 import pytest
 import torch.distributed as dist
@@ -28,3 +29,18 @@ def test_diloco_s_inner_lr_reaches_its_inner_optimizer(one_process_group):
     first, again, other = final_loss(1e-3), final_loss(1e-3), final_loss(3e-2)
     assert again == first  # the same rate: the same run, number for number
     assert abs(other - first) > 1e-3  # another rate: another run
+
+
+@pytest.mark.parametrize("method", ["local SGD H4", "DiLoCo H16"])
+def test_fp16_is_refused_where_the_meeting_is_inside_step(one_process_group, small, method):
+    """A per-rank loss scaler skips step() on the rank that overflowed, and with it the
+    meeting the other ranks wait in: refused before the first step, with what to do."""
+    with pytest.raises(ValueError, match=rf"{method} meets inside optimizer.step\(\).*fp32"):
+        train_slowlinks(small, "ci", method=method, precision="fp16", epochs=1, verbose=False)
+
+
+def test_fp16_trains_the_methods_that_average_in_backward(one_process_group, small):
+    result = train_slowlinks(
+        small, "ci", method="fp16", precision="fp16", epochs=1, max_steps=2, verbose=False
+    )
+    assert result.steps == 2 and result.records[-1].precision == "fp16"
