@@ -206,6 +206,6 @@ def sharded_worker(
 # Chapter 7's study cannot import this chapter (it comes first): this chapter hands it its
 # methods, and `python -m companion.study` joins the tables (companion.commands).
 STUDY_METHODS: dict[str, Method] = {
-    "zero3": per_process(partial(sharded_worker, method="ZeRO-3"), 9),
-    "fsdp2": per_process(partial(sharded_worker, method="FSDP2"), 9),
+    "zero3": per_process(partial(sharded_worker, method="ZeRO-3"), 9, "the hand-written ZeRO-3"),
+    "fsdp2": per_process(partial(sharded_worker, method="FSDP2"), 9, "torch's fully_shard"),
 }

@@ -215,8 +215,18 @@ def slowlinks_worker(
 # Chapter 7's study cannot import this chapter (it comes first): this chapter hands it its
 # methods, and `python -m companion.study` joins the tables (companion.commands).
 # DiLoCo's inner AdamW keeps its own learning rate: the study's lr is not used.
+_SGD = "SGD without momentum at the study's lr; chapter 10's own runs: momentum 0.9, lr / 10"
 STUDY_METHODS: dict[str, Method] = {
-    "powersgd": per_process(partial(slowlinks_worker, method="PowerSGD r4"), 10),
-    "localsgd": per_process(partial(slowlinks_worker, method="local SGD H16"), 10),
-    "diloco": per_process(partial(slowlinks_worker, method="DiLoCo H16"), 10),
+    "powersgd": per_process(
+        partial(slowlinks_worker, method="PowerSGD r4"), 10, f"DDP with PowerSGD, rank 4; {_SGD}"
+    ),
+    "localsgd": per_process(
+        partial(slowlinks_worker, method="local SGD H16"), 10, f"local SGD, H = 16; {_SGD}"
+    ),
+    "diloco": per_process(
+        partial(slowlinks_worker, method="DiLoCo H16"),
+        10,
+        "DiLoCo, H = 16; its inner AdamW keeps lr 1e-3: the study's lr, and study.csv's lr "
+        "column, do not apply",
+    ),
 }

@@ -85,17 +85,21 @@ class Point:
         return judge(Ratio(self.speedup, low, high, self.epochs), 1.0).noise
 
     @property
+    def flags(self) -> tuple[str, ...]:
+        """Every reason why this point's speed-up cannot be read as one (see FLAGS)."""
+        measured = self.n_devices > 1 and self.speedup == self.speedup
+        found = {
+            "busy": self.busy,
+            "over N": measured and self.speedup > self.n_devices,
+            "1 epoch": measured and self.epochs == 1,
+            "noise": measured and self.epochs > 1 and self.noisy,
+        }
+        return tuple(flag for flag, on in found.items() if on)
+
+    @property
     def flag(self) -> str:
-        """Why this point's speed-up cannot be read as one ('' if it can): see FLAGS."""
-        if self.busy:
-            return "busy"
-        if self.n_devices == 1 or self.speedup != self.speedup:
-            return ""
-        if self.speedup > self.n_devices:
-            return "over N"
-        if self.epochs == 1:
-            return "1 epoch"
-        return "noise" if self.noisy else ""
+        """The first of :attr:`flags` ('' if the speed-up can be read as one)."""
+        return self.flags[0] if self.flags else ""
 
 
 FLAGS = {
@@ -219,8 +223,8 @@ def table(points: Sequence[Point]) -> str:
 
     s/epoch is the mean with the fastest and slowest epoch; the speed-up
     (samples per second over 1 device's) has its range. A row whose speed-up
-    cannot be read as one (:attr:`Point.flag`: noise, over N, 1 epoch) shows
-    it in parentheses and the flag in place of the efficiency, and the table
+    cannot be read as one (:attr:`Point.flags`: busy, over N, 1 epoch, noise) shows
+    it in parentheses and its flags in place of the efficiency, and the table
     ends with what each flag means; a ``v`` marks virtual devices. A standard
     deviation is shown only over two seeds or more. The precision is one line below the rows when every row
     has the same, else a last column (the rows then pass the page's 100 characters).
@@ -228,7 +232,7 @@ def table(points: Sequence[Point]) -> str:
     one = len({p.precision for p in points}) == 1
     head = (
         f"{'method':<12}{'devices':>8}{'batch':>6}{'lr rule':>8}{'seeds':>6}"
-        f"{'test acc':>9}{'(sd)':>8}{'s/epoch':>8}{'[min-max]':>14}{'speed-up':>9}{'effic.':>8}"
+        f"{'test acc':>9}{'(sd)':>8}{'s/epoch':>8}{'[min-max]':>12}{'speed-up':>9}{'effic.':>12}"
     )
     lines = [head if one else head + "  precision"]
     for p in points:
@@ -238,13 +242,15 @@ def table(points: Sequence[Point]) -> str:
         lines.append(
             f"{p.method:<12}{devices:>8}{p.global_batch:>6}{p.lr_rule:>8}{p.seeds:>6}"
             f"{p.acc_mean:>9.3f}{sd:>8}{p.sec_per_epoch:>8.3f}"
-            f"{f'[{p.sec_min:.2f}-{p.sec_max:.2f}]':>14}{speedup:>9}"
-            f"{p.flag or f'{p.efficiency:.0%}':>8}" + ("" if one else f"  {p.precision}")
+            f"{f'[{p.sec_min:.2f}-{p.sec_max:.2f}]':>12}{speedup:>9}"
+            f"{','.join(p.flags) or f'{p.efficiency:.0%}':>12}"
+            + ("" if one else f"  {p.precision}")
         )
     if one and points:
         lines.append(f"precision: {points[0].precision}")
-    flags = sorted({p.flag for p in points} - {""})
-    notes = [f"{flag}: {FLAGS[flag]}" for flag in flags] + ([QUIET] if flags else [])
+    flags = [flag for flag in FLAGS if any(flag in p.flags for p in points)]
+    notes = [f"{flag}: {FLAGS[flag]}" for flag in flags]
+    notes += [f"a flagged row's speed-up is in parentheses; {QUIET}"] if flags else []
     notes += [VIRTUAL_NOTE] if any(p.virtual for p in points) else []
     lines += [textwrap.fill(note, 88, subsequent_indent="  ") for note in notes]  # the page's width
     return "\n".join(lines)

@@ -93,8 +93,11 @@ def parse_args(
         "--methods",
         type=_methods(catalog),
         default="split,ddp",
-        help=f"comma-separated, from {', '.join(catalog)} ('reference': one device, no "
-        f"communication, the baseline each speed-up is measured against)",
+        help="comma-separated, from: "
+        + "; ".join(
+            f"{name} (chapter {m.chapter}{': ' + m.about if m.about else ''})"
+            for name, m in catalog.items()
+        ),
     )
     add(
         "--devices",

@@ -99,6 +99,7 @@ class Method(NamedTuple):
     chapter: int
     processes: bool  # one process per device (else one process, several devices)
     warmup: bool  # follows a per-step learning-rate schedule
+    about: str = ""  # what the name stands for, in --help
 
 
 def run_method(
@@ -191,12 +192,15 @@ def run_processes(worker: Callable, spec: RunSpec) -> list[Record]:
     return outcomes[0].records
 
 
-def per_process(worker: Callable, chapter: int) -> Method:
+def per_process(worker: Callable, chapter: int, about: str = "") -> Method:
     """A :class:`Method` that trains with ``worker`` on one process per device (a later
-    chapter's table entry: ``per_process(partial(sharded_worker, method="ZeRO-3"), 9)``)."""
+    chapter's table entry: ``per_process(partial(sharded_worker, method="ZeRO-3"), 9)``);
+    ``about`` says what it is, in the study's ``--help``."""
     if not callable(worker):
         raise TypeError(f"worker must be a launch worker (a function of rank, ...), got {worker!r}")
-    return Method(partial(run_processes, worker), chapter, processes=True, warmup=False)
+    return Method(
+        partial(run_processes, worker), chapter, processes=True, warmup=False, about=about
+    )
 
 
 def run_allreduce(spec: RunSpec) -> list[Record]:
@@ -222,10 +226,12 @@ def run_internals(spec: RunSpec) -> list[Record]:
 
 
 METHODS: dict[str, Method] = {  # name: Method(run, chapter, processes, warmup)
-    "reference": Method(run_reference, 1, processes=False, warmup=True),
-    "split": Method(run_split, 2, processes=False, warmup=True),
-    "allreduce": Method(run_allreduce, 3, processes=True, warmup=False),
-    "dataparallel": Method(run_dataparallel, 4, processes=False, warmup=False),
-    "ddp": Method(run_ddp, 5, processes=True, warmup=False),
-    "internals": Method(run_internals, 6, processes=True, warmup=False),
+    "reference": Method(
+        run_reference, 1, False, True, "one device, no communication: every speed-up's baseline"
+    ),
+    "split": Method(run_split, 2, False, True, "a batch split by hand over the devices"),
+    "allreduce": Method(run_allreduce, 3, True, False, "processes, the hand-written ring"),
+    "dataparallel": Method(run_dataparallel, 4, False, False, "nn.DataParallel, or its rebuild"),
+    "ddp": Method(run_ddp, 5, True, False, "torch's DistributedDataParallel"),
+    "internals": Method(run_internals, 6, True, False, "the rebuilt, bucketed DDP"),
 }

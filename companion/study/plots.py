@@ -88,7 +88,8 @@ def plot_study(points: Sequence[Point], title: str = "", mix_precisions: bool = 
 
 
 def plot_speedup(points: Sequence[Point], title: str = "", mix_precisions: bool = False):
-    """Speed-up and scaling efficiency against devices, with the ideal line."""
+    """Speed-up and scaling efficiency against devices, with the ideal line; a point the
+    table flags (:attr:`~companion.study.analysis.Point.flags`) is circled and labelled."""
     import matplotlib.pyplot as plt
 
     precisions, name = _line(points, mix_precisions)
@@ -97,12 +98,26 @@ def plot_speedup(points: Sequence[Point], title: str = "", mix_precisions: bool 
     counts = sorted({p.n_devices for p in measured})
     ax_s.plot(counts, counts, color="gray", linestyle=":", label="ideal")
     ax_e.plot(counts, [1.0] * len(counts), color="gray", linestyle=":", label="ideal")
+    flagged = False
     for i, (method, ps) in enumerate(_by(measured, name).items()):
         marker, dash = _STYLES[i % len(_STYLES)]
         ks = [p.n_devices for p in ps]
         style = dict(marker=marker, linestyle=dash, label=method)
         _errorbar(ax_s, ks, ps, attrgetter("speedup_min", "speedup", "speedup_max"), **style)
         ax_e.plot(ks, [p.efficiency for p in ps], **style)
+        for p in ps:  # what the table flags, the picture flags too
+            if p.flags:
+                label = "" if flagged else "flagged: not a speed-up (see the table)"
+                ax_s.plot(p.n_devices, p.speedup, "o", ms=11, mfc="none", mec="red", label=label)
+                ax_s.annotate(
+                    ", ".join(p.flags),
+                    (p.n_devices, p.speedup),
+                    xytext=(6, -10),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color="red",
+                )
+                flagged = True
     ax_s.set_ylabel("speed-up over 1 device\n(samples/s; bar: range of epochs)")
     ax_e.set_ylabel("scaling efficiency\n(speed-up / devices)")
     headroom(ax_s)

@@ -214,3 +214,16 @@ def test_virtual_device_counts_are_marked_in_the_study_table():
     assert rows[1].split()[:2] == ["ddp", "1"] and rows[2].split()[:2] == ["ddp", "2v"]
     assert any(line.startswith("v: virtual devices") for line in rows)
     assert "v: virtual" not in table(aggregate(one))
+
+
+def test_a_row_shows_every_flag_and_the_notes_explain_the_parentheses():
+    """Issue 56: one flag per row, 'busy' hid 'over N'."""
+    base = [rec("m", 1, 0, e, 0.5, 4.0) for e in (1, 2)]
+    for r in base:
+        r.cpu_share = 0.6
+    _, two = aggregate([*base, rec("m", 2, 0, 1, 0.5, 0.6), rec("m", 2, 0, 2, 0.5, 0.7)])
+    assert two.flags == ("busy", "over N") and two.flag == "busy"
+    text = table([two])
+    assert text.splitlines()[1].endswith("busy,over N") and max(map(len, text.splitlines())) <= 100
+    assert "busy: " in text and "over N: " in text
+    assert "a flagged row's speed-up is in parentheses" in " ".join(text.split())

@@ -52,3 +52,17 @@ def test_help_says_what_each_flag_of_the_table_means(capsys):
     for flag, why in FLAGS.items():
         assert "".join(f"'{flag}': {why}".split()) in text
     assert "quietmachine" in text and "``" not in text
+
+
+def test_help_says_what_every_method_name_stands_for(capsys):
+    """Issue 56: --methods named powersgd, localsgd and diloco without saying they mean
+    PowerSGD r4, local SGD H16 and DiLoCo H16 at the study's lr, momentum 0."""
+    from companion.commands import STUDY_METHODS
+
+    with pytest.raises(SystemExit):
+        parse_args(["--help"], STUDY_METHODS)
+    text = " ".join(capsys.readouterr().out.split())
+    for name, method in STUDY_METHODS.items():
+        assert method.about and f"{name} (chapter {method.chapter}: " in text, name
+    assert "PowerSGD, rank 4" in text and "local SGD, H = 16" in text and "DiLoCo, H = 16" in text
+    assert "do not apply" in text and "momentum 0.9" in text

@@ -80,7 +80,8 @@ def test_plots_name_the_precision_and_refuse_two_unless_asked():
     assert legend.get_title().get_text() == "precision: bf16 / fp32"
     fig = plot_speedup([p for p in points if p.precision == "bf16"])
     assert legend_of(fig).get_title().get_text() == "precision: bf16"
-    assert {t.get_text() for t in legend_of(fig).get_texts()} == {"ideal", "a"}
+    flagged = "flagged: not a speed-up (see the table)"  # one timed epoch each
+    assert {t.get_text() for t in legend_of(fig).get_texts()} == {"ideal", "a", flagged}
     fig = plot_lr_scaling(points, mix_precisions=True)
     assert {t.get_text() for t in legend_of(fig).get_texts()} == {
         "lr rule: none (fp32)",
@@ -130,3 +131,39 @@ def test_an_efficiency_above_1_1_stays_on_the_axis():
     ]
     fig = plot_speedup(aggregate(records))
     assert fig.axes[1].get_ylim()[1] > 1.3  # efficiency 1.3 at 2 devices
+
+
+def test_the_speedup_plot_circles_and_labels_what_the_table_flags():
+    """Issue 56: speedup.png drew a flagged 13.1x speed-up of 2 CPU processes unmarked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+
+    def record(k, epoch, seconds, share):
+        return StudyRecord(
+            "m",
+            k,
+            epoch,
+            0.5,
+            seconds,
+            600 / seconds,
+            1.0,
+            "hw",
+            "ci",
+            global_batch=64,
+            cpu_share=share,
+        )
+
+    busy = [record(1, e, 4.0, 0.6) for e in (1, 2)]  # a slowed base: 6x on 2 devices
+    points = aggregate([*busy, record(2, 1, 0.6, None), record(2, 2, 0.7, None)])
+    assert points[1].flags == ("busy", "over N")
+    fig = plot_speedup(points)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "busy, over N" in texts and "busy" in texts  # the base is busy too
+    assert "flagged: not a speed-up (see the table)" in [
+        t.get_text() for t in legend_of(fig).get_texts()
+    ]
+    quiet = [record(1, e, 1.0, 0.99) for e in (1, 2)]
+    points = aggregate([*quiet, record(2, 1, 0.6, None), record(2, 2, 0.62, None)])
+    assert not any(p.flags for p in points)
+    assert len(plot_speedup(points).axes[0].texts) == 0
