@@ -2,10 +2,12 @@
 
 import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import types
@@ -152,9 +154,11 @@ def test_workers_end_when_the_launching_process_is_killed(tmp_path):
         if __name__ == "__main__":
             launch(faulty, 2, "hang", on_rank=1, pid_dir={str(tmp_path)!r}, timeout=600, backend="gloo")
     """)
-    # The killed parent cannot remove its fork server's folder: keep it out of /tmp.
-    (tmp_path / "tmp").mkdir()
-    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+    # The killed parent cannot remove its fork server's folder: give it a folder of its own,
+    # removed here. A short one: the server's socket path must fit in 107 bytes, and
+    # tmp_path's depth grows with the number of pytest runs on the machine (pytest-NNN).
+    own_tmp = tempfile.mkdtemp(prefix="kill-", dir="/tmp")
+    env = {**os.environ, "TMPDIR": own_tmp}
     parent = subprocess.Popen([sys.executable, "-c", script], env=env)
     try:
         deadline = time.monotonic() + 60
@@ -165,7 +169,10 @@ def test_workers_end_when_the_launching_process_is_killed(tmp_path):
     finally:
         parent.kill()
         parent.wait(30)
-    assert_gone(pids, within=15)  # each worker notices that its parent is gone and exits
+    try:
+        assert_gone(pids, within=15)  # each worker notices that its parent is gone and exits
+    finally:
+        shutil.rmtree(own_tmp, ignore_errors=True)
 
 
 @pytest.mark.parametrize("world_size", [0, -1, 1.5, "2", True])
