@@ -52,6 +52,13 @@ NUMBER = re.compile(r"[-+]?\d[\d,.]*(e[-+]?\d+)?")
 CACHES = ("torchinductor_",)  # torch's compile cache, shared by every torch program
 
 
+def say(line: str) -> None:
+    """``line`` and its newline in one write: jobs share the pipe, and ``print`` under
+    ``PYTHONUNBUFFERED=1`` writes the text and the newline apart, so lines of two jobs merged."""
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), f"{line}\n".encode())
+
+
 def text_of(output: dict) -> str:
     """The text a reader sees of one output (streams and plain results, not listings)."""
     if output.get("output_type") == "stream":
@@ -159,10 +166,9 @@ def run(path: str, out: Path, same_checks: bool, progress: bool = False) -> list
 
         def done(cell, cell_index, execute_reply, **_):
             if cell.cell_type == "code":
-                print(
+                say(
                     f"{out.name}/{Path(path).stem}: cell {cell_index} of {len(nb.cells)} done after "
-                    f"{time.monotonic() - start:.0f} s",
-                    flush=True,
+                    f"{time.monotonic() - start:.0f} s"
                 )
 
         client.on_cell_executed = done
@@ -174,7 +180,7 @@ def run(path: str, out: Path, same_checks: bool, progress: bool = False) -> list
     finally:  # in the system's temp, not under OUT_DIR: never left behind
         shutil.rmtree(tmp, ignore_errors=True)
     found = [f"{path} {p}" for p in problems_of(nb, committed, leftovers)]
-    print(f"{path}: {len(found)} problem(s), {seconds:.0f} s (slowest: {slowest(nb)})", flush=True)
+    say(f"{path}: {len(found)} problem(s), {seconds:.0f} s (slowest: {slowest(nb)})")
     return found
 
 
