@@ -20,8 +20,12 @@ def main(argv: list[str] | None = None) -> int:
                 .strip()
                 .splitlines()
             )
-            first = textwrap.fill(doc[0] if doc else "", HELP_WIDTH - 15)
-            print(textwrap.indent(first, " " * 15).replace(" " * 15, f"  {name:<12} ", 1))
+            head, indent = f"  {name:<12} ", " " * 15
+            print(
+                textwrap.fill(
+                    doc[0] if doc else "", HELP_WIDTH, initial_indent=head, subsequent_indent=indent
+                )
+            )
         return 0
     if argv[0] not in names:
         print(
