@@ -22,8 +22,14 @@ that uses it. Lower floors never import higher ones (``tests/test_layout.py``):
 * ``study`` (chapter 7): the scaling study, ``python -m companion.study``
 * ``elastic`` (chapter 8): ``snapshot``, ``sampler``, ``trainer``, ``cli``
   (``python -m companion.elastic``), ``agents``, ``launchers``, ``published_job``
+* ``sharding`` (chapter 9): ZeRO-1, 2 and 3 by hand, torch's ZeRO and FSDP2,
+  the byte ledger, memory formulas, sharded checkpoints
+* ``slowlinks`` (chapter 10): compression hooks, PowerSGD, local SGD, DiLoCo
 * ``troubleshoot`` (appendix A): bounded demonstrations of what goes wrong
-* ``bench``: benchmarks, ``python -m companion.bench --help``
+* ``commands``: the command lines' one table of every chapter's methods
+
+The benchmarks that measure this code are tools, not taught code: they live
+beside it in ``companion_tools`` (``python -m companion_tools.bench --help``).
 
 Every subpackage re-exports its public names: ``from companion.split import
 split_batch``.

@@ -4,8 +4,9 @@ core (floor 0) imports nothing of the package but core; runtime (1) only core;
 each chapter package imports core, runtime and earlier chapters, never later
 ones: the floors follow the table of contents (``_toc.yml``), which a test
 holds them to. The command lines join every chapter, in one place: the
-``__main__`` modules and ``companion.commands`` (the top, with bench). The
-package's face (``companion/__init__.py``) only re-exports.
+``__main__`` modules and ``companion.commands`` (the top). The package's face
+(``companion/__init__.py``) only re-exports. The tools (``companion_tools``: the
+benchmarks) stand above the whole package: they import it, it never imports them.
 """
 
 import ast
@@ -14,10 +15,12 @@ from pathlib import Path
 import pytest
 
 import companion
+import companion_tools
 
 pytestmark = pytest.mark.book
 
 PACKAGE = Path(companion.__file__).resolve().parent
+TOOLS = Path(companion_tools.__file__).resolve().parent
 FLOORS = {
     "core": 0,
     "runtime": 1,
@@ -32,8 +35,7 @@ FLOORS = {
     "sharding": 10,  # chapter 9
     "slowlinks": 11,  # chapter 10
     "troubleshoot": 12,  # the troubleshooting appendix
-    "bench": 13,  # the tools and the command lines: every chapter
-    "commands": 13,
+    "commands": 13,  # the command lines: every chapter
 }
 # Each chapter's package, in the table of contents' order (the floors must follow it).
 CHAPTERS = {
@@ -80,6 +82,20 @@ def imports_of(path: Path) -> set[str]:
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("companion")}
     return found - {name}
+
+
+def tool_imports(path: Path) -> set[str]:
+    """The ``companion_tools`` modules that ``path`` imports, however it names them."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found |= {n for n in names if n.split(".")[0] == "companion_tools"}
+    return found
 
 
 MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
@@ -149,10 +165,26 @@ def test_no_import_cycles():
             visit(name, [name])
 
 
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_modules_stay_small(name):
-    lines = len(MODULES[name].read_text().splitlines())
-    assert lines <= MAX_LINES, f"{name} has {lines} lines: split it by topic (at most {MAX_LINES})"
+def test_the_taught_package_never_imports_the_tools():
+    found = {name: tool_imports(path) for name, path in MODULES.items()}
+    assert not {n: t for n, t in found.items() if t}, (
+        "companion imports companion_tools: move what a chapter teaches into companion"
+    )
+
+
+def test_the_tool_rule_can_fail(tmp_path):
+    (tmp_path / "a.py").write_text("import companion_tools.bench\nfrom companion_tools import x\n")
+    assert tool_imports(tmp_path / "a.py") == {"companion_tools.bench", "companion_tools"}
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted([*PACKAGE.rglob("*.py"), *TOOLS.rglob("*.py")]),
+    ids=lambda p: str(p.relative_to(PACKAGE.parent)),
+)
+def test_modules_stay_small(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{path} has {lines} lines: split it by topic (at most {MAX_LINES})"
 
 
 def test_the_rule_catches_an_upward_import_and_a_cycle(tmp_path):

@@ -182,7 +182,7 @@ def allreduce_ring_pipelined(tensor: torch.Tensor, segment: int = 2**20) -> torc
     while segment ``i`` is being added. Same result, bit for bit, as the ring.
     The default, ``2**20`` elements: fastest of ``2**12``..``2**22`` in 3 of 4
     runs at 64 MB on two processes of a 2-core CPU (``2**18`` in the fourth);
-    chapter 3 prints the sweep (``companion.bench.allreduce.segment_sweep``).
+    chapter 3 prints the sweep (``companion_tools.bench.allreduce.segment_sweep``).
     """
     check_int(segment, "segment", 1, "give a segment length in elements, e.g. 2**20")
     flat, rank, world = _flat(tensor), dist.get_rank(), dist.get_world_size()

@@ -1,6 +1,6 @@
 """Noise: when a ratio of two timings can be read, and the book's speed targets, in one place.
 
-Used in: every benchmark (``python -m companion.bench ...``), the study (chapter 7), and the
+Used in: every benchmark (``python -m companion_tools.bench ...``), the study (chapter 7), and the
 chapters that print a benchmark's verdict.
 
 A time measured on a shared machine moves with whatever else runs there: on the book's

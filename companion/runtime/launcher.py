@@ -15,7 +15,7 @@ again. Workers are therefore forked from a *fork server*: a process started
 once per Python session, which imports torch and ``companion`` and then only
 forks. It never runs a tensor operation nor touches CUDA, so forking it is
 safe, unlike forking a notebook kernel that may hold CUDA state or OpenMP
-threads (``"fork"`` is refused). ``python -m companion.bench launch``
+threads (``"fork"`` is refused). ``python -m companion_tools.bench launch``
 measures both start methods. Functions travel by reference (module and
 name), so they must be importable: not defined in a notebook cell.
 """

@@ -1,6 +1,7 @@
 """One step of each method, measured: bytes sent (the ledger), memory held, seconds.
 
-Used in: chapter 9 (and ``python -m companion.bench sharding``).
+Used in: chapter 9 (and ``python -m companion_tools.bench sharding``, whose worker calls
+:func:`time_worker` and :func:`state_worker`).
 
 :func:`state_worker` runs every method of ``methods`` on the same model
 and batch: a first step (the optimizer state comes into being, lazy
@@ -42,7 +43,6 @@ __all__ = [
     "state_worker",
     "saved_weights_worker",
     "time_worker",
-    "bench_worker",
 ]
 
 
@@ -185,22 +185,3 @@ def time_worker(
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
     per_round = times.cpu().median(dim=1).values  # [rounds, methods]
     return {method: per_round[:, j].tolist() for j, method in enumerate(methods)}
-
-
-def bench_worker(
-    rank: int, world_size: int, width: int, depth: int, batch: int, steps: int, rounds: int
-) -> dict[str, Any]:
-    """Worker of ``python -m companion.bench sharding``: step times and memory, one run."""
-    return {
-        "seconds": time_worker(
-            rank,
-            world_size,
-            ("ZeRO-3", "ZeRO-3 prefetch", "FSDP2"),
-            width,
-            depth,
-            batch,
-            steps,
-            rounds,
-        ),
-        "state": state_worker(rank, world_size, METHODS, width, depth, "fp32", batch),
-    }

@@ -2,10 +2,11 @@
 
 Used in: chapter 9.
 
-With ``optimizer.timeline = []`` a :class:`~.zero3.Zero3` notes each gather
-and reduce-scatter from its launch until its future completed, and each
-time the step *waited* for a unit to be whole. :func:`record_zero3_step`
-runs one step so, after a few untimed ones, and adds the step's phases
+:class:`TimedZero3` is :class:`~.zero3.Zero3` that notes, while its ``timeline`` is a
+list, each gather and reduce-scatter from its launch until its future completed, and
+each time the step *waited* for a unit to be whole: the instrumentation lives here,
+and the taught class stays as it is. :func:`record_zero3_step` runs one step so, after
+a few untimed ones, and adds the step's phases
 (chapter 6's :func:`~companion.internals.timeline.overlap` reads them).
 Without prefetch every gather starts when its unit is needed, and the
 step waits for all of it; with prefetch the next unit's gather runs
@@ -29,7 +30,57 @@ from ..runtime.group import rank_device
 from .measure import divisible_mlp
 from .zero3 import Zero3
 
-__all__ = ["record_zero3_step", "waited", "plot_zero3_timeline"]
+__all__ = ["TimedZero3", "record_zero3_step", "waited", "plot_zero3_timeline"]
+
+
+class TimedZero3(Zero3):
+    """:class:`~.zero3.Zero3` that notes its collectives and waits in ``self.timeline``
+    (a list of ``(label, start, end)``; ``None``, the default, notes nothing)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.timeline: list[Event] | None = None
+        self._unfinished = {}  # work -> its end, noted when step() waits for it
+
+    def _note(self, label: str, work, start: float) -> None:
+        """``label`` runs from ``start`` until ``work``'s future completes (gloo's
+        reduce-scatter has no future: its end is then when ``step()`` waits for it)."""
+        if self.timeline is None or work is None:
+            return
+
+        def end(_=None) -> None:
+            self.timeline.append((label, start, time.perf_counter()))
+
+        try:
+            work.get_future().then(end)
+        except RuntimeError:
+            self._unfinished[work] = end
+
+    def _gather(self, unit):
+        start = time.perf_counter()
+        work = super()._gather(unit)
+        self._note(f"gather {unit.name}", work, start)
+        return work
+
+    def _use(self, unit) -> None:
+        self._gather(unit)
+        start = time.perf_counter()
+        unit.wait()
+        if self.timeline is not None:
+            self.timeline.append((f"wait {unit.name}", start, time.perf_counter()))
+
+    def _reduce_scatter(self, unit):
+        start = time.perf_counter()
+        work = super()._reduce_scatter(unit)
+        self._note(f"reduce-scatter {unit.name}", work, start)
+        return work
+
+    def _reduced(self, unit) -> torch.Tensor:
+        for work, _ in unit.pending:
+            if work in self._unfinished:  # no future: it ends when waited for
+                work.wait()
+                self._unfinished.pop(work)()
+        return super()._reduced(unit)
 
 
 def record_zero3_step(
@@ -46,7 +97,7 @@ def record_zero3_step(
     device = rank_device()
     set_seed(0)
     net = divisible_mlp(width, depth).to(device)
-    opt = Zero3(net, torch.optim.Adam, prefetch=prefetch, lr=1e-3)
+    opt = TimedZero3(net, torch.optim.Adam, prefetch=prefetch, lr=1e-3)
     X = torch.randn(batch, 1, 28, 28, device=device)
     y = torch.randint(0, 12, (batch,), device=device)
     for record in [False] * warmup + [True]:

@@ -39,7 +39,6 @@ reduce-scattered (the gathers still run).
 
 from __future__ import annotations
 
-import time
 from functools import partial
 from typing import Any
 
@@ -119,7 +118,7 @@ class Zero3(ShardedOptimizer):
         layout = {"prefetch": prefetch, "param_dtype": str(param_dtype)}
         super().__init__(net, optimizer_class, "Zero3", layout, **defaults)
         broadcast_state(net)
-        self.prefetch, self.timeline, self._unfinished = bool(prefetch), None, {}
+        self.prefetch = bool(prefetch)
         self.units, modules = self._build_units(units)
         self.root = self.units[-1] if self.units[-1].name == "root" else None
         self.order: list[Unit] = []  # forward order, learnt in the first forward
@@ -170,32 +169,14 @@ class Zero3(ShardedOptimizer):
                 "for a checkpoint"
             )
 
-    def _gather(self, unit: Unit) -> None:
-        start = time.perf_counter()
-        if work := unit.start_gather():
-            self._note(f"gather {unit.name}", work, start)
-
-    def _note(self, label: str, work, start: float) -> None:
-        """Timeline: ``label`` runs from ``start`` until its future completes (gloo's
-        reduce-scatter has no future: its end is then when ``step()`` waited for it)."""
-        if self.timeline is None:
-            return
-
-        def end(_=None) -> None:
-            self.timeline.append((label, start, time.perf_counter()))
-
-        try:
-            work.get_future().then(end)
-        except RuntimeError:
-            self._unfinished[work] = end
+    def _gather(self, unit: Unit):
+        """Start gathering ``unit`` (unless it is whole or on its way); the work, or None."""
+        return unit.start_gather()
 
     def _use(self, unit: Unit) -> None:
-        """Make ``unit`` whole: gather it (unless prefetched) and wait; note the wait."""
+        """Make ``unit`` whole: gather it (unless prefetched), and wait for it."""
         self._gather(unit)
-        start = time.perf_counter()
         unit.wait()
-        if self.timeline is not None:
-            self.timeline.append((f"wait {unit.name}", start, time.perf_counter()))
 
     def _root_pre_forward(self, net, args) -> None:
         for unit in self.units if not in_backward() else ():  # a new pass: count afresh
@@ -245,15 +226,15 @@ class Zero3(ShardedOptimizer):
                 unit.free()
                 unit.ready = set()
 
-    def _reduce_scatter(self, unit: Unit) -> None:
+    def _reduce_scatter(self, unit: Unit):
+        """Send the unit's gradient out, each rank to get its shard of the sum; the work."""
         unit.free()  # its backward is over: free the weights before the gradient goes out
         grad = unit.grad if unit.grad is not None else unit.layout.empty()
         out = torch.empty_like(unit.shard)
-        start = time.perf_counter()
         work = reduce_scatter_single(out, grad, async_op=True)
-        self._note(f"reduce-scatter {unit.name}", work, start)
         unit.pending.append((work, out))
         unit.grad, unit.ready = None, set()
+        return work
 
     def _reduce(self) -> list[torch.Tensor]:
         for unit in self.units:  # unused parameters: zeros, in unit order on every rank
@@ -272,7 +253,6 @@ class Zero3(ShardedOptimizer):
         total = None
         for work, out in unit.pending:
             work.wait()
-            self._unfinished.pop(work, lambda: None)()
             total = out if total is None else total.add_(out)  # no copy for one backward
         unit.pending = []
         unit.free()

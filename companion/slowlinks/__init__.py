@@ -10,10 +10,9 @@ exact claims, as workers).
 """
 
 # Every module's public names, re-exported: ``from companion.slowlinks import ...``.
-from . import averaging, hooks, measure, network, powersgd, streaming, training, verify
+from . import averaging, hooks, network, powersgd, streaming, training, verify
 from .averaging import *  # noqa: F401,F403
 from .hooks import *  # noqa: F401,F403
-from .measure import *  # noqa: F401,F403
 from .network import *  # noqa: F401,F403
 from .powersgd import *  # noqa: F401,F403
 from .streaming import *  # noqa: F401,F403
@@ -30,7 +29,6 @@ __all__ = list(
             *streaming.__all__,
             *training.__all__,
             *verify.__all__,
-            *measure.__all__,
         ]
     )
 )

@@ -3,7 +3,7 @@
 
 import pytest
 
-from companion.bench.allocator import SIDES, in_fresh_process, measure, report
+from companion_tools.bench.allocator import SIDES, in_fresh_process, measure, report
 
 pytestmark = pytest.mark.ch1
 

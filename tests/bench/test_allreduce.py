@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from companion.bench import available
-from companion.bench.allreduce import ALGORITHMS, measure, ratios
-from companion.bench.launch import measure as measure_startup
+from companion_tools.bench import available
+from companion_tools.bench.allreduce import ALGORITHMS, measure, ratios
+from companion_tools.bench.launch import measure as measure_startup
 
 pytestmark = pytest.mark.ch3
 
@@ -42,7 +42,16 @@ def test_launch_benchmark_times_both_start_methods():
 def test_cli_lists_the_chapter_3_benchmarks():
     assert {"allreduce", "launch"} <= set(available())
     out = subprocess.run(
-        [sys.executable, "-m", "companion.bench", "allreduce", "--mb", "0.25", "--repeats", "1"],
+        [
+            sys.executable,
+            "-m",
+            "companion_tools.bench",
+            "allreduce",
+            "--mb",
+            "0.25",
+            "--repeats",
+            "1",
+        ],
         capture_output=True,
         text=True,
         timeout=300,

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from companion import hardware_label
-from companion.bench.baseline import measure, report
+from companion_tools.bench.baseline import measure, report
 
 pytestmark = pytest.mark.ch1
 
@@ -28,7 +28,7 @@ def test_command_line_runs_and_refuses_bad_options():
         [
             sys.executable,
             "-m",
-            "companion.bench",
+            "companion_tools.bench",
             "baseline",
             "--profile",
             "ci",
@@ -45,7 +45,7 @@ def test_command_line_runs_and_refuses_bad_options():
     )
     assert ok.returncode == 0 and "s/epoch" in ok.stdout, ok.stderr[-2000:]
     bad = subprocess.run(
-        [sys.executable, "-m", "companion.bench", "baseline", "--rounds", "0"],
+        [sys.executable, "-m", "companion_tools.bench", "baseline", "--rounds", "0"],
         capture_output=True,
         text=True,
         timeout=120,

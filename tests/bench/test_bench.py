@@ -3,9 +3,9 @@ import sys
 
 import pytest
 
-from companion.bench import available, time_median
-from companion.bench.loop import LoopTimes, measure, report
 from companion.core.noise import Ratio
+from companion_tools.bench import available, time_median
+from companion_tools.bench.loop import LoopTimes, measure, report
 
 pytestmark = pytest.mark.ch1
 
@@ -34,14 +34,14 @@ def test_the_loop_target_is_judged_under_the_cpu_profile_only():
 
 def test_cli_lists_benchmarks_and_rejects_unknown_ones():
     out = subprocess.run(
-        [sys.executable, "-m", "companion.bench", "--help"],
+        [sys.executable, "-m", "companion_tools.bench", "--help"],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert out.returncode == 0 and "loop" in out.stdout and "loop" in available()
     bad = subprocess.run(
-        [sys.executable, "-m", "companion.bench", "nope"],
+        [sys.executable, "-m", "companion_tools.bench", "nope"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -52,8 +52,8 @@ def test_cli_lists_benchmarks_and_rejects_unknown_ones():
 def test_no_help_line_is_wider_than_a_terminal(monkeypatch, capsys):
     """Every benchmark's --help, and the list of benchmarks, within HELP_WIDTH columns (their
     descriptions and the noise rule were once single lines of up to 417 characters)."""
-    from companion.bench import HELP_WIDTH
-    from companion.bench.__main__ import main
+    from companion_tools.bench import HELP_WIDTH
+    from companion_tools.bench.__main__ import main
 
     monkeypatch.setenv("COLUMNS", "80")  # argparse wraps the options to the terminal's width
     for argv in (["--help"], *([name, "--help"] for name in available())):

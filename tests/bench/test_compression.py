@@ -3,9 +3,9 @@ assertions: the bytes are facts of the method, the times of the machine)."""
 
 import pytest
 
-from companion.bench import available
-from companion.bench.compression import measure, report
 from companion.slowlinks import METHODS
+from companion_tools.bench import available
+from companion_tools.bench.compression import measure, report
 
 pytestmark = pytest.mark.ch10
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from companion import hardware_label
-from companion.bench import available
-from companion.bench.dataparallel import main, measure
+from companion_tools.bench import available
+from companion_tools.bench.dataparallel import main, measure
 
 pytestmark = pytest.mark.ch4
 

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from companion.bench import available
-from companion.bench.ddp import METHODS, measure, overhead_curve, report, why
+from companion_tools.bench import available
+from companion_tools.bench.ddp import METHODS, measure, overhead_curve, report, why
 
 pytestmark = pytest.mark.ch5
 
@@ -32,7 +32,7 @@ def test_cli_runs_the_ddp_benchmark():
         [
             sys.executable,
             "-m",
-            "companion.bench",
+            "companion_tools.bench",
             "ddp",
             "--profile",
             "ci",

@@ -2,8 +2,8 @@
 
 import pytest
 
-from companion.bench import available
-from companion.bench.internals import METHODS, measure, report
+from companion_tools.bench import available
+from companion_tools.bench.internals import METHODS, measure, report
 
 pytestmark = pytest.mark.ch6
 

@@ -6,10 +6,10 @@ ResNet-18 on CPU processes for many minutes (seen on an H200, chapters 1, 5 and 
 
 import pytest
 
-from companion.bench import allocator, run_settings
 from companion.collectives import train_reference
 from companion.core import count_parameters, get_model, get_profile
 from companion.ddp import train_reference_ddp
+from companion_tools.bench import allocator, run_settings
 
 pytestmark = pytest.mark.ch5
 

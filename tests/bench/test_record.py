@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from companion.bench.record import LABELS, RESULTS, committed, label, load_record, plot_record
+from companion_tools.bench.record import LABELS, RESULTS, committed, label, load_record, plot_record
 
 
 def test_the_committed_record_and_study_parse_and_say_where_they_were_measured():

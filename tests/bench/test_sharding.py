@@ -2,9 +2,9 @@
 
 import pytest
 
-from companion.bench import available
-from companion.bench.sharding import measure, report
 from companion.sharding import METHODS
+from companion_tools.bench import available
+from companion_tools.bench.sharding import measure, report
 
 pytestmark = pytest.mark.ch9
 

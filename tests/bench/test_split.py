@@ -2,8 +2,8 @@
 
 import pytest
 
-from companion.bench import available
-from companion.bench.split import PHASES, main, measure
+from companion_tools.bench import available
+from companion_tools.bench.split import PHASES, main, measure
 
 pytestmark = pytest.mark.ch2
 

@@ -1,9 +1,9 @@
-"""``import companion`` (every subpackage) changes no process-wide setting: not the C
-library's malloc, the warnings filters, the environment, torch's threads, precision, default
-dtype, random state or determinism, the signal handlers, the logging handlers, the
-multiprocessing start method. What the book turns on, it turns on by name, when it runs.
-(The libraries it imports may set their own at import: sympy, loaded by torch's compiler
-stack, adds a warnings filter; the snapshot imports it first.)"""
+"""``import companion`` (every subpackage, and the tools) changes no process-wide setting:
+not the C library's malloc, the warnings filters, the environment, torch's threads,
+precision, default dtype, random state or determinism, the signal handlers, the logging
+handlers, the multiprocessing start method. What the book turns on, it turns on by name,
+when it runs. (The libraries it imports may set their own at import: sympy, loaded by
+torch's compiler stack, adds a warnings filter; the snapshot imports it first.)"""
 
 import json
 import subprocess
@@ -50,8 +50,9 @@ before = settings()
 import companion
 for name in ("core", "runtime", "split", "collectives", "dataparallel", "ddp", "pictures",
              "internals", "study", "elastic", "sharding", "slowlinks", "troubleshoot",
-             "bench", "commands"):
+             "commands"):
     __import__(f"companion.{name}")
+__import__("companion_tools.bench")  # the tools: imported by the chapters that measure
 after = settings()
 changed = sorted(k for k in before if before[k] != after[k])
 print(json.dumps({"changed": changed, "calls": calls,

@@ -72,11 +72,12 @@ def wheel(tmp_path_factory) -> Path:
     source = tmp_path_factory.mktemp("source")
     for name in ["pyproject.toml", "README.md", *(p.name for p in ROOT.glob("LICEN[CS]E*"))]:
         shutil.copy2(ROOT / name, source / name)
-    shutil.copytree(
-        ROOT / "companion",
-        source / "companion",
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
-    )
+    for package in ("companion", "companion_tools"):
+        shutil.copytree(
+            ROOT / package,
+            source / package,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
+        )
     out = tmp_path_factory.mktemp("wheel")
     run(
         [
@@ -141,17 +142,17 @@ def test_the_wheel_ships_the_committed_gpu_measurements_and_reads_them_outside_t
     wheel, venv, tmp_path
 ):
     """Chapters 1 and 7 show them in Colab too, where only the wheel is installed."""
-    results = ROOT / "companion" / "bench" / "results"
+    results = ROOT / "companion_tools" / "bench" / "results"
     names = set(zipfile.ZipFile(wheel).namelist())
     missing = [
-        p.name for p in results.iterdir() if f"companion/bench/results/{p.name}" not in names
+        p.name for p in results.iterdir() if f"companion_tools/bench/results/{p.name}" not in names
     ]
     assert not missing, f"not in the wheel: {missing}: list them in pyproject.toml's package-data"
     python, purelib = venv
     code = (
-        "import json; from companion.bench.record import RESULTS, committed; "
+        "import json; from companion_tools.bench.record import RESULTS, committed; "
         "seen, study = committed(); print(json.dumps([str(RESULTS), seen['hardware'], len(study)]))"
     )
     where, hardware, n = json.loads(run([python, "-I", "-c", code], cwd=tmp_path))
-    assert Path(where) == purelib / "companion" / "bench" / "results"
+    assert Path(where) == purelib / "companion_tools" / "bench" / "results"
     assert hardware == json.loads((results / "h200-record.json").read_text())["hardware"] and n > 0

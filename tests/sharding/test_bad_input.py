@@ -43,7 +43,7 @@ def zero3_then(read):
 
 
 def bench_cli(option, value):
-    from companion.bench.sharding import main
+    from companion_tools.bench.sharding import main
 
     main([option, value])
 

@@ -21,14 +21,15 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..collectives.partition import average_gradients
-from ..core.batches import rank_batch_size
-from ..core.checks import check_int
-from ..core.models import get_model
-from ..core.noise import Load, paired_ratio, rotated
-from ..core.training import Timer, set_seed
-from ..runtime.group import ddp_device_ids, rank_device
-from ..runtime.launcher import launch
+from companion.collectives.partition import average_gradients
+from companion.core.batches import rank_batch_size
+from companion.core.checks import check_int
+from companion.core.models import get_model
+from companion.core.noise import Load, paired_ratio, rotated
+from companion.core.training import Timer, set_seed
+from companion.runtime.group import ddp_device_ids, rank_device
+from companion.runtime.launcher import launch
+
 from . import bench_parser, measure_and_report, run_settings, verdict
 
 METHODS = (

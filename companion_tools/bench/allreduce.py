@@ -17,14 +17,15 @@ import statistics
 import torch
 import torch.distributed as dist
 
-from ..collectives.allreduce import allreduce_ring_pipelined
-from ..collectives.costmodel import Measurement, measure_allreduce
-from ..core.checks import positive_arg
-from ..core.devices import hardware_label
-from ..core.noise import Load, Ratio, paired_ratio
-from ..core.training import Timer
-from ..runtime.group import backend_for, rank_device
-from ..runtime.launcher import launch
+from companion.collectives.allreduce import allreduce_ring_pipelined
+from companion.collectives.costmodel import Measurement, measure_allreduce
+from companion.core.checks import positive_arg
+from companion.core.devices import hardware_label
+from companion.core.noise import Load, Ratio, paired_ratio
+from companion.core.training import Timer
+from companion.runtime.group import backend_for, rank_device
+from companion.runtime.launcher import launch
+
 from . import bench_parser, measure_and_report, verdict
 
 ALGORITHMS = ("naive", "ring", "pipelined ring", "dist.all_reduce")

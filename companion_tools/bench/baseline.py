@@ -27,15 +27,16 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from ..core.checks import count_arg, positive_arg
-from ..core.data import ImageSet, load_data
-from ..core.devices import hardware_label, try_devices
-from ..core.loaders import DeviceLoader
-from ..core.models import get_model
-from ..core.noise import TARGETS, Load, judge, paired_ratio, rotated
-from ..core.precision import MathMode, amp_train_step
-from ..core.profiles import get_profile
-from ..core.training import Timer, set_seed, train_epoch
+from companion.core.checks import count_arg, positive_arg
+from companion.core.data import ImageSet, load_data
+from companion.core.devices import hardware_label, try_devices
+from companion.core.loaders import DeviceLoader
+from companion.core.models import get_model
+from companion.core.noise import TARGETS, Load, judge, paired_ratio, rotated
+from companion.core.precision import MathMode, amp_train_step
+from companion.core.profiles import get_profile
+from companion.core.training import Timer, set_seed, train_epoch
+
 from . import bench_parser, measure_and_report
 
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 import statistics
 import time
 
-from ..collectives.tour import whoami
-from ..core.devices import hardware_label
-from ..core.noise import Load, judge, paired_ratio, rotated
-from ..runtime.launcher import launch
+from companion.collectives.tour import whoami
+from companion.core.devices import hardware_label
+from companion.core.noise import Load, judge, paired_ratio, rotated
+from companion.runtime.launcher import launch
+
 from . import bench_parser, measure_and_report
 
 

@@ -20,16 +20,17 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn import functional as F
 
-from ..collectives.costmodel import fit_link, time_allreduce
-from ..core.batches import rank_batch_size
-from ..core.checks import positive_arg
-from ..core.devices import synchronize
-from ..core.noise import Load, paired_ratio, rotated
-from ..core.training import set_seed
-from ..internals.sweep import bucket_sizes, get_bench_model, predict_step
-from ..internals.training import wrap
-from ..runtime.group import rank_device
-from ..runtime.launcher import launch
+from companion.collectives.costmodel import fit_link, time_allreduce
+from companion.core.batches import rank_batch_size
+from companion.core.checks import positive_arg
+from companion.core.devices import synchronize
+from companion.core.noise import Load, paired_ratio, rotated
+from companion.core.training import set_seed
+from companion.internals.sweep import bucket_sizes, get_bench_model, predict_step
+from companion.internals.training import wrap
+from companion.runtime.group import rank_device
+from companion.runtime.launcher import launch
+
 from . import bench_parser, measure_and_report, run_settings, verdict
 
 METHODS = ("torch DDP", "BucketedDDP", "HookedDDP", "NaiveDDP", "no communication")

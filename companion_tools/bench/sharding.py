@@ -18,17 +18,39 @@ formula (within 10%: a byte count, not a timing).
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
-from ..core.devices import hardware_label
-from ..core.noise import Load, paired_ratio
-from ..core.profiles import get_profile
-from ..runtime.launcher import launch
-from ..sharding.measure import bench_worker
-from ..sharding.memory import formula_bytes
+from companion.core.devices import hardware_label
+from companion.core.noise import Load, paired_ratio
+from companion.core.profiles import get_profile
+from companion.runtime.launcher import launch
+from companion.sharding.measure import state_worker, time_worker
+from companion.sharding.memory import formula_bytes
+from companion.sharding.training import METHODS
+
 from . import bench_parser, measure_and_report, verdict
 
 SIZES = {"ci": (96, 4, 32), "cpu": (480, 6, 64), "gpu": (1200, 8, 128)}  # width, depth, batch
 SIZES["rehearsal"] = SIZES["ci"]  # the one-GPU path at ci sizes
+
+
+def bench_worker(
+    rank: int, world_size: int, width: int, depth: int, batch: int, steps: int, rounds: int
+) -> dict[str, Any]:
+    """Worker, one launch: step times and memory."""
+    return {
+        "seconds": time_worker(
+            rank,
+            world_size,
+            ("ZeRO-3", "ZeRO-3 prefetch", "FSDP2"),
+            width,
+            depth,
+            batch,
+            steps,
+            rounds,
+        ),
+        "state": state_worker(rank, world_size, METHODS, width, depth, "fp32", batch),
+    }
 
 
 def measure(

@@ -19,18 +19,19 @@ from functools import partial
 import torch
 from torch import nn
 
-from ..core.checks import positive_arg
-from ..core.data import load_data
-from ..core.devices import (
+from companion.core.checks import positive_arg
+from companion.core.data import load_data
+from companion.core.devices import (
     describe_devices,
     hardware_label,
     try_devices,
 )
-from ..core.models import get_model
-from ..core.noise import Load, Ratio, judge, paired_ratio
-from ..core.profiles import get_profile
-from ..core.training import set_seed, train_step
-from ..dataparallel.rebuild import DataParallelByHand
+from companion.core.models import get_model
+from companion.core.noise import Load, Ratio, judge, paired_ratio
+from companion.core.profiles import get_profile
+from companion.core.training import set_seed, train_step
+from companion.dataparallel.rebuild import DataParallelByHand
+
 from . import bench_parser, measure_and_report, round_medians, take_turns
 
 BATCH_SIZES = (8, 32, 128, 512)

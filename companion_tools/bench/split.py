@@ -22,26 +22,26 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..core.checks import positive_arg
-from ..core.data import load_data
-from ..core.devices import (
+from companion.core.checks import positive_arg
+from companion.core.data import load_data
+from companion.core.devices import (
     describe_devices,
     hardware_label,
     synchronize_all,
     try_devices,
 )
-from ..core.loaders import DeviceLoader
-from ..core.models import get_model
-from ..core.noise import TARGETS, Load, Ratio, judge, paired_ratio
-from ..core.profiles import get_profile
-from ..core.training import set_seed, train_step
-from ..split.fused import (
+from companion.core.loaders import DeviceLoader
+from companion.core.models import get_model
+from companion.core.noise import TARGETS, Load, Ratio, judge, paired_ratio
+from companion.core.profiles import get_profile
+from companion.core.training import set_seed, train_step
+from companion.split.fused import (
     allreduce_grads_foreach,
     forward_backward_once,
     sgd_foreach,
     train_batch_foreach,
 )
-from ..split.naive import (
+from companion.split.naive import (
     allreduce_grads,
     copy_replicas,
     forward_backward,
@@ -49,6 +49,7 @@ from ..split.naive import (
     split_batch,
     train_batch,
 )
+
 from . import bench_parser, measure_and_report, round_medians, take_turns, time_median
 
 PHASES = ("split_batch", "forward_backward", "allreduce_grads", "sgd")

@@ -1,4 +1,4 @@
-"""Run a benchmark: ``python -m companion.bench NAME [options]`` (see ``--help``)."""
+"""Run a benchmark: ``python -m companion_tools.bench NAME [options]`` (see ``--help``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     names = available()
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m companion.bench NAME [options]\n\nbenchmarks:")
+        print("usage: python -m companion_tools.bench NAME [options]\n\nbenchmarks:")
         for name in names:
             doc = (
                 (importlib.import_module(f"{__package__}.{name}").__doc__ or "")

@@ -17,13 +17,14 @@ import statistics
 import torch
 from torch import nn
 
-from ..core.data import load_data
-from ..core.devices import hardware_label, try_devices
-from ..core.loaders import DeviceLoader, data_loader
-from ..core.models import get_model
-from ..core.noise import TARGETS, Load, Ratio, judge, rotated
-from ..core.profiles import get_profile
-from ..core.training import Timer, set_seed, train_step
+from companion.core.data import load_data
+from companion.core.devices import hardware_label, try_devices
+from companion.core.loaders import DeviceLoader, data_loader
+from companion.core.models import get_model
+from companion.core.noise import TARGETS, Load, Ratio, judge, rotated
+from companion.core.profiles import get_profile
+from companion.core.training import Timer, set_seed, train_step
+
 from . import bench_parser, measure_and_report
 
 

@@ -25,10 +25,11 @@ import time
 import torch
 from torch import nn
 
-from ..core.models import get_model
-from ..core.noise import Load, judge, paired_ratio, rotated
-from ..core.profiles import get_profile
-from ..core.training import set_seed, train_step
+from companion.core.models import get_model
+from companion.core.noise import Load, judge, paired_ratio, rotated
+from companion.core.profiles import get_profile
+from companion.core.training import set_seed, train_step
+
 from . import bench_parser, measure_and_report, run_settings
 
 SIDES = {"glibc defaults": False, "freed memory kept": True}

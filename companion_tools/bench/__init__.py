@@ -1,4 +1,4 @@
-"""Benchmarks: ``python -m companion.bench NAME [options]``.
+"""Benchmarks: ``python -m companion_tools.bench NAME [options]``.
 
 Used in: every chapter that makes a speed claim. Each module of this package
 is one benchmark with a ``main(argv)``; every ratio it prints is measured in
@@ -28,12 +28,18 @@ import textwrap
 import time
 from collections.abc import Callable, Sequence
 
-from ..core.allocator import keep_freed_memory
-from ..core.checks import PROFILE_HELP, RawDefaultsHelp, check_int, positive_arg, profile_arg
-from ..core.devices import hardware_label, synchronize_all
-from ..core.noise import NOISE_RULE, TARGETS, Load, LoadWatch, Ratio, judge, rotated
-from ..core.profiles import get_profile
-from ..core.training import Timer
+from companion.core.allocator import keep_freed_memory
+from companion.core.checks import (
+    PROFILE_HELP,
+    RawDefaultsHelp,
+    check_int,
+    positive_arg,
+    profile_arg,
+)
+from companion.core.devices import hardware_label, synchronize_all
+from companion.core.noise import NOISE_RULE, TARGETS, Load, LoadWatch, Ratio, judge, rotated
+from companion.core.profiles import get_profile
+from companion.core.training import Timer
 
 __all__ = ["time_median", "available"]
 
@@ -80,7 +86,7 @@ def fill(text: str, width: int = HELP_WIDTH) -> str:
 
 
 def bench_parser(name: str, doc: str, **defaults) -> argparse.ArgumentParser:
-    """The parser of ``python -m companion.bench NAME``, described by ``doc``.
+    """The parser of ``python -m companion_tools.bench NAME``, described by ``doc``.
 
     Each keyword names a shared option by its destination (``world_size=2``,
     ``rounds=5``, ``profile=None``, ...) and gives its default; the benchmark
@@ -88,7 +94,7 @@ def bench_parser(name: str, doc: str, **defaults) -> argparse.ArgumentParser:
     """
     target = f"target: {TARGETS[name].what} {TARGETS[name]}\n" if name in TARGETS else ""
     parser = argparse.ArgumentParser(
-        prog=f"python -m companion.bench {name}",
+        prog=f"python -m companion_tools.bench {name}",
         description=fill(plain_text(doc)),
         epilog=fill(
             f"{target}\nEvery ratio is the median of paired rounds, printed with the lowest "

@@ -17,11 +17,68 @@ from __future__ import annotations
 
 import statistics
 
-from ..core.batches import rank_batch_size
-from ..core.noise import Load, judge, paired_ratio
-from ..runtime.launcher import launch
-from ..slowlinks.measure import compression_worker
+import torch
+import torch.distributed as dist
+from torch.nn import functional as F
+
+from companion.core.batches import rank_batch_size
+from companion.core.models import get_model
+from companion.core.noise import Load, judge, paired_ratio
+from companion.core.training import Timer, set_seed
+from companion.runtime.group import rank_device
+from companion.runtime.launcher import launch
+from companion.sharding.ledger import count_bytes
+from companion.slowlinks.training import METHODS, communicate_less
+
 from . import bench_parser, measure_and_report, run_settings
+
+
+def compression_worker(
+    rank: int,
+    world_size: int,
+    model: str,
+    batch: int,
+    rounds: int,
+    steps: int,
+    methods=METHODS,
+    warmup: int = 3,
+) -> dict:
+    """Worker, one launch: ``{"seconds": {method: [per round]}, "bytes": {method: per step}}``."""
+    device = rank_device()
+    X = torch.randn(batch, 1, 28, 28, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+    runs = {}
+    for method in methods:
+        set_seed(0)
+        runs[method] = communicate_less(method, get_model(model).to(device), lr=0.01)
+
+    def step(method: str) -> None:
+        model, optimizer = runs[method]
+        F.cross_entropy(model(X), y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    for method in methods:
+        for _ in range(warmup):
+            step(method)
+    times = torch.zeros(rounds, len(methods), dtype=torch.float64)
+    sent = dict.fromkeys(methods, 0.0)
+    for r in range(rounds):
+        order = list(range(len(methods)))
+        order = order[r % len(order) :] + order[: r % len(order)]  # who goes first rotates
+        for m in order:
+            dist.barrier()
+            with count_bytes() as ledger, Timer(device) as timer:
+                for _ in range(steps):
+                    step(methods[m])
+            times[r, m] = timer.seconds / steps
+            sent[methods[m]] += ledger.sent() / (steps * rounds)
+    times = times.to(device)
+    dist.all_reduce(times, op=dist.ReduceOp.MAX)  # a step waits for the slowest rank
+    return {
+        "seconds": {name: times[:, m].tolist() for m, name in enumerate(methods)},
+        "bytes": sent,
+    }
 
 
 def measure(
@@ -33,7 +90,7 @@ def measure(
     rounds: int = 5,
     steps: int = 10,
 ) -> dict:
-    """Run :func:`~companion.slowlinks.measure.compression_worker`; its results and settings."""
+    """Run :func:`compression_worker`; its results and settings."""
     settings = run_settings(
         world_size, profile, model=model, global_batch=global_batch, rounds=rounds, steps=steps
     )

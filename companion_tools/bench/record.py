@@ -1,11 +1,11 @@
 """Chapters 1 and 7: measure the one-device numbers once and keep them, labelled, in a file.
 
-``python -m companion.bench record --out FILE`` runs chapter 1's loop
+``python -m companion_tools.bench record --out FILE`` runs chapter 1's loop
 benchmark and the fast baseline (ours against d2l's loop) in one run and
 writes one JSON file holding both with what they were measured on: the
 hardware, torch and CUDA versions, the profile, data set, precision and the
 date. The book's GPU figures are read from such files, shipped with the
-package in ``companion/bench/results/`` (a Colab reader has them too):
+package in ``companion_tools/bench/results/`` (a Colab reader has them too):
 :func:`committed` returns the record and chapter 7's study measured in the
 same session, :func:`load_record` checks that a record carries its labels,
 and :func:`plot_record` draws one.
@@ -21,10 +21,11 @@ from pathlib import Path
 
 import torch
 
-from ..core.data import load_data
-from ..core.devices import hardware_label
-from ..core.files import atomic_write
-from ..core.profiles import get_profile
+from companion.core.data import load_data
+from companion.core.devices import hardware_label
+from companion.core.files import atomic_write
+from companion.core.profiles import get_profile
+
 from . import baseline, bench_parser, loop
 
 LABELS = ("hardware", "torch", "cuda", "python", "profile", "dataset", "date")
@@ -72,7 +73,7 @@ def load_record(path: str | Path) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(
             f"{path} is not a benchmark record ({type(err).__name__}: {err}): "
-            f"write one with python -m companion.bench record --out {path}"
+            f"write one with python -m companion_tools.bench record --out {path}"
         ) from None
     missing = [
         k for k in (*LABELS, "loop", "baseline") if not isinstance(seen, dict) or not seen.get(k)
@@ -80,7 +81,7 @@ def load_record(path: str | Path) -> dict:
     if missing:
         raise ValueError(
             f"{path} lacks {', '.join(missing)}: a number without its labels "
-            f"cannot be shown; re-run python -m companion.bench record --out {path}"
+            f"cannot be shown; re-run python -m companion_tools.bench record --out {path}"
         )
     return seen
 
@@ -88,7 +89,7 @@ def load_record(path: str | Path) -> dict:
 def committed(name: str = MEASURED) -> tuple[dict, list]:
     """The record and the study (:class:`~companion.study.driver.StudyRecord` list) measured
     in one session on the machine ``name``, as shipped in ``RESULTS``."""
-    from ..study.driver import load_study
+    from companion.study.driver import load_study
 
     known = sorted(
         p.name[: -len("-record.json")] for p in RESULTS.iterdir() if p.name.endswith("-record.json")
