@@ -876,6 +876,7 @@ NO_ROW = {  # 'package.name': why it needs no bad-input row
     "core.legend_below": "lays out a figure the package's own plot functions drew",
     "sharding.guard_reads": "called by Zero3 on the modules it has just sharded, never with a user's values",
     "sharding.is_placeholder": "a yes/no question about any tensor: every tensor has an answer",
+    "slowlinks.SlowMethod": RECORD,
     "sharding.TimedZero3": "Zero3 with a timeline: its arguments are Zero3's, whose rows are in tests/sharding/test_bad_input.py",
     "sharding.ShardedOptimizer": "the base class of Zero1/Zero2/Zero3, whose rows are in tests/sharding/test_bad_input.py",
     "collectives.Measurement": RECORD,

@@ -15,7 +15,7 @@ training goes on from where each replica was).
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ..core.checks import check_positive
+from ..core.checks import check_choice, check_int, check_positive
 from ..core.data import Data
 from ..core.precision import MathMode
 from ..core.profiles import Profile, get_profile
@@ -40,8 +40,15 @@ from ..study.methods import Method, per_process
 from .averaging import DiLoCo, LocalSGD, _Periodic, average_parameters
 from .hooks import HOOKS
 from .powersgd import PowerSGDState, powersgd_hook
+from .streaming import StreamingDiLoCo
 
 __all__ = [
+    "SlowMethod",
+    "hooked",
+    "powersgd_at",
+    "local_sgd",
+    "diloco",
+    "streaming_diloco",
     "METHODS",
     "STUDY_METHODS",
     "communicate_less",
@@ -50,60 +57,117 @@ __all__ = [
     "slowlinks_worker",
 ]
 
-METHODS = (
-    "DDP",
-    "fp16",
-    "bf16",
-    "PowerSGD r1",
-    "PowerSGD r4",
-    "local SGD H4",
-    "local SGD H16",
-    "DiLoCo H16",
-    "DiLoCo H64",
-)
-_PATTERN = re.compile(r"(DDP|fp16|bf16|mean)$|PowerSGD r(\d+)$|local SGD H(\d+)$|DiLoCo H(\d+)$")
+
+class SlowMethod(NamedTuple):
+    """One way to train with less communication: a name, and how it builds the pair."""
+
+    name: str
+    prepare: Callable[..., tuple]  # (net, lr, momentum, find_unused, inner_lr) -> pair
+    meets_in_step: bool = False  # averages inside optimizer.step(): local SGD, DiLoCo
+
+
+def _params(net: nn.Module) -> list[nn.Parameter]:
+    return [p for _, p in trainable_parameters(net)]
+
+
+def _ddp(make_state, hook, net, lr, momentum, find_unused, inner_lr):
+    """DDP with ``hook`` (its state made afresh), stepped by SGD."""
+    ids = ddp_device_ids(next(net.parameters()).device)
+    model = DDP(net, device_ids=ids, find_unused_parameters=find_unused)
+    model.register_comm_hook(make_state(), hook)
+    return model, torch.optim.SGD(_params(net), lr=lr, momentum=momentum)
+
+
+def _no_state() -> None:
+    return None  # the plain hooks keep nothing between steps
+
+
+def _local(period, net, lr, momentum, find_unused, inner_lr):
+    return net, LocalSGD(torch.optim.SGD(_params(net), lr=lr, momentum=momentum), period)
+
+
+def _diloco(period, streaming, net, lr, momentum, find_unused, inner_lr):
+    inner = torch.optim.AdamW(_params(net), lr=inner_lr)  # as in the paper
+    if streaming is None:
+        return net, DiLoCo(inner, period)
+    return net, StreamingDiLoCo(inner, period, **streaming)
+
+
+def _period(period: int) -> int:
+    return check_int(period, "period", 1, "the steps between meetings: 1, 4, 16, ...")
+
+
+def hooked(name: str) -> SlowMethod:
+    """DDP with one of the first section's hooks: ``"mean"`` (named DDP), fp16, bf16."""
+    check_choice(name, "hook", HOOKS)
+    return SlowMethod("DDP" if name == "mean" else name, partial(_ddp, _no_state, HOOKS[name][0]))
+
+
+def powersgd_at(rank: int) -> SlowMethod:
+    """DDP with :func:`~.powersgd.powersgd_hook` at ``rank``."""
+    state = partial(PowerSGDState, rank=check_int(rank, "rank", 1, "PowerSGD's rank: 1, 2, 4"))
+    return SlowMethod(f"PowerSGD r{rank}", partial(_ddp, state, powersgd_hook))
+
+
+def local_sgd(period: int) -> SlowMethod:
+    """Local SGD: the replicas' parameters averaged every ``period`` steps."""
+    return SlowMethod(f"local SGD H{period}", partial(_local, _period(period)), True)
+
+
+def diloco(period: int) -> SlowMethod:
+    """DiLoCo: AdamW inside, an outer Nesterov step every ``period`` steps."""
+    return SlowMethod(f"DiLoCo H{period}", partial(_diloco, _period(period), None), True)
+
+
+def streaming_diloco(period: int) -> SlowMethod:
+    """Streaming DiLoCo as this chapter trains it: 4 fragments, each exchange waited for one
+    inner step later and blended half and half (``mix`` 0.5, as the paper's alpha), int8."""
+    streaming = {"fragments": 4, "delay": 1, "mix": 0.5, "bits": 8}
+    method = partial(_diloco, _period(period), streaming)
+    return SlowMethod(f"Streaming DiLoCo H{period}", method, True)
+
+
+# The chapter's table: names are keys, each built once here. Another H or rank: call the
+# builder (diloco(32)), and pass the SlowMethod where a name would go.
+METHODS: dict[str, SlowMethod] = {
+    m.name: m
+    for m in (
+        *map(hooked, ("mean", "fp16", "bf16")),
+        *map(powersgd_at, (1, 4)),
+        *map(local_sgd, (4, 16)),
+        *map(diloco, (4, 16, 64)),
+        streaming_diloco(16),
+    )
+}
 
 
 def communicate_less(
-    method: str,
+    method: str | SlowMethod,
     net: nn.Module,
     lr: float,
     momentum: float = 0.0,
     find_unused_parameters: bool = False,
     inner_lr: float = 1e-3,
 ) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """``net`` and its optimizer under ``method``: a name of :data:`METHODS`, or the same
-    with another number (``"PowerSGD r2"``, ``"local SGD H8"``, ``"DiLoCo H32"``).
+    """``net`` and its optimizer under ``method``: a name of :data:`METHODS`, or a
+    :class:`SlowMethod` (``diloco(32)``).
 
     DDP and the hooks, and local SGD, step with SGD (``lr``, ``momentum``);
     DiLoCo's inner optimizer is AdamW (``inner_lr``), as in the paper, and its
     outer one SGD with Nesterov momentum 0.9 and lr 0.7.
     """
-    found = _parse(method)
-    params = [p for _, p in trainable_parameters(net)]
-    hook_name, rank, local, diloco = found.groups()
-    if local or diloco:
-        period = int(local or diloco)
-        if local:
-            return net, LocalSGD(torch.optim.SGD(params, lr=lr, momentum=momentum), period)
-        return net, DiLoCo(torch.optim.AdamW(params, lr=inner_lr), period)
-    ids = ddp_device_ids(next(net.parameters()).device)
-    model = DDP(net, device_ids=ids, find_unused_parameters=find_unused_parameters)
-    if rank:
-        model.register_comm_hook(PowerSGDState(rank=int(rank)), powersgd_hook)
-    else:
-        model.register_comm_hook(None, HOOKS["mean" if hook_name == "DDP" else hook_name][0])
-    return model, torch.optim.SGD(params, lr=lr, momentum=momentum)
+    return _method(method).prepare(net, lr, momentum, find_unused_parameters, inner_lr)
 
 
-def _parse(method: str) -> re.Match:
-    found = _PATTERN.match(method) if isinstance(method, str) else None
-    if found is None:
+def _method(method: str | SlowMethod) -> SlowMethod:
+    if isinstance(method, SlowMethod):
+        return method
+    if not isinstance(method, str) or method not in METHODS:
         raise ValueError(
-            f"method must be one of {', '.join(METHODS)} (or the same with another "
-            f"number), got {method!r}"
+            f"method must be one of {', '.join(METHODS)} (another H or rank: a SlowMethod "
+            f"from local_sgd, diloco, powersgd_at), got {method!r}"
         )
-    return found
+    return METHODS[method]
 
 
 class SlowResult(NamedTuple):
@@ -134,7 +198,7 @@ def _counted(step, ledger: Ledger):
 def train_slowlinks(
     data: Data,
     profile: Profile | str | None = None,
-    method: str = "DDP",
+    method: str | SlowMethod = "DDP",
     momentum: float = 0.0,
     inner_lr: float = 1e-3,
     **options: Any,
@@ -144,7 +208,7 @@ def train_slowlinks(
     ``momentum`` and ``inner_lr`` go to :func:`communicate_less`; ``options`` are fields
     of :class:`~companion.ddp.config.DDPConfig`.
     """
-    _parse(method)
+    method = _method(method)
     check_positive(inner_lr, "inner_lr", "AdamW's rate inside DiLoCo, e.g. 1e-3")
     cfg = DDPConfig(get_profile(profile).name, **options).resolve(check_group("train_slowlinks")[1])
     made, ledger = {}, Ledger(dist.get_world_size())
@@ -162,7 +226,7 @@ def train_slowlinks(
     run = setup_rank(
         data,
         cfg,
-        method,
+        method.name,
         wrap,
         make_optimizer=lambda params, lr: made["optimizer"],
         make_step=make_step,
@@ -174,16 +238,16 @@ def train_slowlinks(
     return SlowResult(records, ledger, run.steps, marks)
 
 
-def _check_scaled_meetings(method: str, mode: MathMode) -> None:
+def _check_scaled_meetings(method: SlowMethod, mode: MathMode) -> None:
     """Local SGD and DiLoCo meet inside ``optimizer.step()``, and fp16's loss scaler skips
     ``step()`` on a rank that finds an inf in its own gradients (nothing averaged them):
     that rank would miss a meeting the others wait in until the group's timeout."""
-    _, _, local, diloco = _parse(method).groups()
-    if (local or diloco) and mode.precision == "fp16":
+    if method.meets_in_step and mode.precision == "fp16":
+        name = method.name
         raise ValueError(
-            f"{method} meets inside optimizer.step(), which fp16's loss scaler skips on a "
+            f"{name} meets inside optimizer.step(), which fp16's loss scaler skips on a "
             f"rank whose own gradients overflow: that rank would miss the meeting the others "
-            f"wait in. Train {method} in fp32 or bf16 (precision='fp32'), or in fp16 a method "
+            f"wait in. Train {name} in fp32 or bf16 (precision='fp32'), or in fp16 a method "
             f"that averages in backward (DDP, fp16, bf16, PowerSGD)"
         )
 

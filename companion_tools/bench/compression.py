@@ -44,7 +44,7 @@ def compression_worker(
     warmup: int = 3,
 ) -> dict:
     """Worker, one launch: ``{"seconds": {method: [per round]}, "bytes": {method: per step}}``."""
-    device = rank_device()
+    device, methods = rank_device(), list(methods)  # names, in the table's order
     X = torch.randn(batch, 1, 28, 28, device=device)
     y = torch.randint(0, 10, (batch,), device=device)
     runs = {}

