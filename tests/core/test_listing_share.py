@@ -12,6 +12,7 @@ arguments: a detector's verdict (``DuplicatedWork``), a worker's error passed on
 """
 
 import ast
+import functools
 import inspect
 import sys
 import textwrap
@@ -80,18 +81,19 @@ def is_check(stmt: ast.stmt) -> bool:
     )
 
 
-def shows(nb: Path) -> list[tuple[object, object]]:
+@functools.cache  # three measures read the same shows: evaluate each notebook once
+def shows(nb: Path) -> tuple[tuple[object, object], ...]:
     """``(the object shown, its listing)`` for each ``show(...)`` call of notebook ``nb``."""
     imports, calls = show_calls(nb)
     namespace: dict = {}
     exec(compile(ast.Module(body=imports, type_ignores=[]), str(nb), "exec"), namespace)
-    return [
+    return tuple(
         (
             inspect.unwrap(eval(ast.unparse(call.args[0]), namespace)),
             eval(ast.unparse(call), namespace),
         )
         for call in calls
-    ]
+    )
 
 
 def shown_lines() -> dict[Path, set[int]]:
