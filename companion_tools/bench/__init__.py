@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from companion.core.allocator import keep_freed_memory
+from companion.core.batches import rank_batch_size
 from companion.core.checks import (
     PROFILE_HELP,
     RawDefaultsHelp,
@@ -40,8 +41,12 @@ from companion.core.devices import hardware_label, synchronize_all
 from companion.core.noise import NOISE_RULE, TARGETS, Load, LoadWatch, Ratio, judge, rotated
 from companion.core.profiles import get_profile
 from companion.core.training import Timer
+from companion.runtime import launcher  # not `launch`: the name of a benchmark here
 
 __all__ = ["time_median", "available"]
+
+# the options of a benchmark launched by launch_bench, with their defaults
+LAUNCHED = dict(world_size=2, profile=None, model=None, global_batch=None, rounds=5, steps=10)
 
 # the options that several benchmarks take: flag -> (destination, type, help); defaults differ
 _SHARED = {
@@ -169,6 +174,21 @@ def run_settings(
         profile=profile.name,
         hardware=hardware_label(),
     )
+
+
+def launch_bench(
+    worker: Callable, world_size: int, profile: str | None, *args, timeout: float = 900, **options
+) -> dict:
+    """A launched benchmark's run: its settings (:func:`run_settings` of ``options``: model,
+    global_batch, rounds, steps) and what rank 0's ``worker(rank, world_size, model,
+    per-rank batch, rounds, steps, *args)`` returned."""
+    settings = run_settings(world_size, profile, **options)
+    batch = rank_batch_size(settings["global_batch"], world_size)
+    rounds, steps = settings["rounds"], settings["steps"]
+    seen = launcher.launch(
+        worker, world_size, settings["model"], batch, rounds, steps, *args, timeout=timeout
+    )[0]
+    return {**seen, **settings}
 
 
 def time_median(

@@ -21,16 +21,14 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from companion.core.batches import rank_batch_size
 from companion.core.models import get_model
 from companion.core.noise import Load, judge, paired_ratio
 from companion.core.training import Timer, set_seed
 from companion.runtime.group import rank_device
-from companion.runtime.launcher import launch
 from companion.sharding.ledger import count_bytes
 from companion.slowlinks.training import METHODS, communicate_less
 
-from . import bench_parser, measure_and_report, run_settings
+from . import LAUNCHED, bench_parser, launch_bench, measure_and_report
 
 
 def compression_worker(
@@ -91,14 +89,15 @@ def measure(
     steps: int = 10,
 ) -> dict:
     """Run :func:`compression_worker`; its results and settings."""
-    settings = run_settings(
-        world_size, profile, model=model, global_batch=global_batch, rounds=rounds, steps=steps
+    return launch_bench(
+        compression_worker,
+        world_size,
+        profile,
+        model=model,
+        global_batch=global_batch,
+        rounds=rounds,
+        steps=steps,
     )
-    batch = rank_batch_size(settings["global_batch"], world_size)
-    seen = launch(
-        compression_worker, world_size, settings["model"], batch, rounds, steps, timeout=900
-    )[0]
-    return {**seen, **settings}
 
 
 def report(seen: dict, load: Load | None = None) -> str:
@@ -128,14 +127,5 @@ def report(seen: dict, load: Load | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser(
-        "compression",
-        __doc__,
-        world_size=2,
-        profile=None,
-        model=None,
-        global_batch=None,
-        rounds=5,
-        steps=10,
-    )
+    parser = bench_parser("compression", __doc__, **LAUNCHED)
     return measure_and_report(parser, argv, measure, report)

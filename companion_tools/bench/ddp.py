@@ -22,7 +22,6 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from companion.collectives.partition import average_gradients
-from companion.core.batches import rank_batch_size
 from companion.core.checks import check_int
 from companion.core.models import get_model
 from companion.core.noise import Load, paired_ratio, rotated
@@ -30,7 +29,7 @@ from companion.core.training import Timer, set_seed
 from companion.runtime.group import ddp_device_ids, rank_device
 from companion.runtime.launcher import launch
 
-from . import bench_parser, measure_and_report, run_settings, verdict
+from . import LAUNCHED, bench_parser, launch_bench, measure_and_report, verdict
 
 METHODS = (
     "DDP",
@@ -192,13 +191,18 @@ def measure(
     steps: int = 10,
 ) -> dict:
     """Run :func:`bench_worker` on ``world_size`` processes; medians and settings."""
-    settings = run_settings(
-        world_size, profile, model=model, global_batch=global_batch, rounds=rounds, steps=steps
+    seen = launch_bench(
+        bench_worker,
+        world_size,
+        profile,
+        model=model,
+        global_batch=global_batch,
+        rounds=rounds,
+        steps=steps,
+        timeout=600,
     )
-    batch = rank_batch_size(settings["global_batch"], world_size)
-    seen = launch(bench_worker, world_size, settings["model"], batch, rounds, steps, timeout=600)[0]
     seen["median"] = {k: statistics.median(v) for k, v in seen["seconds"].items()}
-    return {**seen, **settings}
+    return seen
 
 
 def report(seen: dict, load: Load | None = None) -> str:
@@ -225,14 +229,5 @@ def report(seen: dict, load: Load | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser(
-        "ddp",
-        __doc__,
-        world_size=2,
-        profile=None,
-        model=None,
-        global_batch=None,
-        rounds=5,
-        steps=10,
-    )
+    parser = bench_parser("ddp", __doc__, **LAUNCHED)
     return measure_and_report(parser, argv, measure, report)

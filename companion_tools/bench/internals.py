@@ -21,7 +21,6 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn import functional as F
 
 from companion.collectives.costmodel import fit_link, time_allreduce
-from companion.core.batches import rank_batch_size
 from companion.core.checks import positive_arg
 from companion.core.devices import synchronize
 from companion.core.noise import Load, paired_ratio, rotated
@@ -29,9 +28,8 @@ from companion.core.training import set_seed
 from companion.internals.sweep import bucket_sizes, get_bench_model, predict_step
 from companion.internals.training import wrap
 from companion.runtime.group import rank_device
-from companion.runtime.launcher import launch
 
-from . import bench_parser, measure_and_report, run_settings, verdict
+from . import LAUNCHED, bench_parser, launch_bench, measure_and_report, verdict
 
 METHODS = ("torch DDP", "BucketedDDP", "HookedDDP", "NaiveDDP", "no communication")
 PHASES = ("forward", "backward", "finish", "optimizer")
@@ -140,21 +138,18 @@ def measure(
     caps=CAPS,
 ) -> dict:
     """Run :func:`bench_worker` on ``world_size`` processes; add the model's predictions."""
-    settings = run_settings(
-        world_size, profile, model=model, global_batch=global_batch, rounds=rounds, steps=steps
-    )
-    batch = rank_batch_size(settings["global_batch"], world_size)
-    seen = launch(
+    seen = launch_bench(
         bench_worker,
         world_size,
-        settings["model"],
-        batch,
-        rounds,
-        steps,
+        profile,
         sweep_model,
         list(caps),
+        model=model,
+        global_batch=global_batch,
+        rounds=rounds,
+        steps=steps,
         timeout=600,
-    )[0]
+    )
     fwd, bwd, _, opt, _ = seen["sweep"]["compute|0"]
     seen["predicted"] = {
         cap: fwd
@@ -163,7 +158,7 @@ def measure(
         for cap in caps
     }
     per_round = seen.pop("per_round")
-    seen.update(settings, caps=list(caps), sweep_model=sweep_model)
+    seen.update(caps=list(caps), sweep_model=sweep_model)
     seen["ratio"] = paired_ratio(per_round["BucketedDDP"], per_round["torch DDP"])
     return seen
 
@@ -217,16 +212,7 @@ def report(seen: dict, load: Load | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser(
-        "internals",
-        __doc__,
-        world_size=2,
-        profile=None,
-        model=None,
-        global_batch=None,
-        rounds=5,
-        steps=5,
-    )
+    parser = bench_parser("internals", __doc__, **{**LAUNCHED, "steps": 5})
     parser.add_argument("--sweep-model", default="mlp", help="model of the bucket sweep (mlp)")
     parser.add_argument(
         "--caps",
