@@ -15,8 +15,6 @@ that uses it. Lower floors never import higher ones (``tests/test_layout.py``):
 * ``dataparallel`` (chapter 4): ``rebuild``, ``training``, ``pitfalls``
 * ``ddp`` (chapter 5): ``config``, ``training``, ``cli``
   (``python -m companion.ddp``), ``sampling``, ``detectors``, ``mistakes``
-* ``pictures`` (chapters 2-5): figures drawn from recorded runs, ``split``,
-  ``ring``, ``shards``, ``dataparallel``, ``sampler``
 * ``internals`` (chapter 6): ``naive``, ``hooks``, ``buckets``, ``care``,
   ``training``, ``sweep``, ``timeline`` (DDP rebuilt step by step)
 * ``study`` (chapter 7): the scaling study, ``python -m companion.study``
@@ -28,8 +26,9 @@ that uses it. Lower floors never import higher ones (``tests/test_layout.py``):
 * ``troubleshoot`` (appendix A): bounded demonstrations of what goes wrong
 * ``commands``: the command lines' one table of every chapter's methods
 
-The benchmarks that measure this code are tools, not taught code: they live
-beside it in ``companion_tools`` (``python -m companion_tools.bench --help``).
+The benchmarks that measure this code and the pictures drawn from its recorded
+runs are tools, not taught code: they live beside it in ``companion_tools``
+(``python -m companion_tools.bench --help``; ``companion_tools.pictures``).
 
 Every subpackage re-exports its public names: ``from companion.split import
 split_batch``.

@@ -5,5 +5,7 @@ never imported by it (``tests/test_layout.py``). It ships in the same wheel, so 
 Colab reader runs the same commands:
 
 * ``bench``: the benchmarks behind every speed claim, ``python -m companion_tools.bench --help``;
-  their committed records are package data (``bench/results/``).
+  their committed records are package data (``bench/results/``);
+* ``pictures`` (chapters 2-5): figures drawn from recorded runs of the taught code,
+  ``split``, ``ring``, ``shards``, ``dataparallel``, ``sampler``.
 """

@@ -16,13 +16,13 @@ import companion.dataparallel as dp
 import companion.ddp as ddp
 import companion.elastic as el
 import companion.internals as ic
-import companion.pictures as pic
 import companion.runtime as rt
 import companion.sharding as sh
 import companion.split as split
 import companion.study as st
 import companion.troubleshoot as ts
 import companion_tools.bench as bench
+import companion_tools.pictures as pic
 from companion.elastic import cli as _elastic_cli  # noqa: F401  (el.cli)
 
 NAN, INF = math.nan, math.inf
@@ -1011,7 +1011,7 @@ def _public_callables() -> set[str]:
 
     names = set()
     for package in PACKAGES:
-        root = "companion_tools" if package == "bench" else "companion"  # bench: a tool
+        root = "companion_tools" if package in ("bench", "pictures") else "companion"  # tools
         module = importlib.import_module(f"{root}.{package}")
         for name in module.__all__:
             obj = getattr(module, name)

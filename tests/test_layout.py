@@ -6,7 +6,8 @@ ones: the floors follow the table of contents (``_toc.yml``), which a test
 holds them to. The command lines join every chapter, in one place: the
 ``__main__`` modules and ``companion.commands`` (the top). The package's face
 (``companion/__init__.py``) only re-exports. The tools (``companion_tools``: the
-benchmarks) stand above the whole package: they import it, it never imports them.
+benchmarks and the pictures drawn from
+recorded runs) stand above the whole package: they import it, it never imports them.
 """
 
 import ast
@@ -28,14 +29,13 @@ FLOORS = {
     "collectives": 3,  # chapter 3
     "dataparallel": 4,  # chapter 4
     "ddp": 5,  # chapter 5
-    "pictures": 6,  # the pictures of chapters 2-5
-    "internals": 7,  # chapter 6
-    "study": 8,  # chapter 7
-    "elastic": 9,  # chapter 8
-    "sharding": 10,  # chapter 9
-    "slowlinks": 11,  # chapter 10
-    "troubleshoot": 12,  # the troubleshooting appendix
-    "commands": 13,  # the command lines: every chapter
+    "internals": 6,  # chapter 6
+    "study": 7,  # chapter 7
+    "elastic": 8,  # chapter 8
+    "sharding": 9,  # chapter 9
+    "slowlinks": 10,  # chapter 10
+    "troubleshoot": 11,  # the troubleshooting appendix
+    "commands": 12,  # the command lines: every chapter
 }
 # Each chapter's package, in the table of contents' order (the floors must follow it).
 CHAPTERS = {

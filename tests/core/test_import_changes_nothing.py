@@ -48,11 +48,11 @@ def settings():
 
 before = settings()
 import companion
-for name in ("core", "runtime", "split", "collectives", "dataparallel", "ddp", "pictures",
-             "internals", "study", "elastic", "sharding", "slowlinks", "troubleshoot",
-             "commands"):
+for name in ("core", "runtime", "split", "collectives", "dataparallel", "ddp", "internals",
+             "study", "elastic", "sharding", "slowlinks", "troubleshoot", "commands"):
     __import__(f"companion.{name}")
-__import__("companion_tools.bench")  # the tools: imported by the chapters that measure
+for name in ("bench", "pictures"):  # the tools: imported by the chapters that measure and draw
+    __import__(f"companion_tools.{name}")
 after = settings()
 changed = sorted(k for k in before if before[k] != after[k])
 print(json.dumps({"changed": changed, "calls": calls,

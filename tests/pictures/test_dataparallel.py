@@ -6,7 +6,7 @@ import torch
 
 from companion.core import lenet, set_seed
 from companion.dataparallel import DataParallelByHand
-from companion.pictures import MAX_WIDTH, plot_forward, record_forward
+from companion_tools.pictures import MAX_WIDTH, plot_forward, record_forward
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -5,7 +5,7 @@ from fractions import Fraction
 import matplotlib
 import pytest
 
-from companion.pictures import (
+from companion_tools.pictures import (
     MAX_WIDTH,
     contributors,
     holdings,

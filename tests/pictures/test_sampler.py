@@ -4,7 +4,7 @@ import matplotlib
 import pytest
 
 from companion.ddp import sampler_indices
-from companion.pictures import (
+from companion_tools.pictures import (
     MAX_WIDTH,
     eval_counts,
     plot_eval_counts,

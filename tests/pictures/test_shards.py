@@ -4,7 +4,7 @@ import matplotlib
 import pytest
 
 from companion.collectives import DataPartitioner
-from companion.pictures import MAX_WIDTH, plot_shards, shard_of
+from companion_tools.pictures import MAX_WIDTH, plot_shards, shard_of
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from companion.core import lenet, set_seed
-from companion.pictures import MAX_WIDTH, plot_step, trace_step
 from companion.split import copy_replicas, train_batch
+from companion_tools.pictures import MAX_WIDTH, plot_step, trace_step
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -3,7 +3,7 @@
 import matplotlib
 import pytest
 
-from companion.pictures import MAX_WIDTH, figure, rank_color, text_color
+from companion_tools.pictures import MAX_WIDTH, figure, rank_color, text_color
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -22,8 +22,9 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from ..core.devices import Device, as_devices
-from ..dataparallel.rebuild import gather, parallel_apply, replicate, scatter
+from companion.core.devices import Device, as_devices
+from companion.dataparallel.rebuild import gather, parallel_apply, replicate, scatter
+
 from .style import figure, rank_color
 
 __all__ = ["ForwardTrace", "record_forward", "plot_forward"]

@@ -5,7 +5,8 @@ Used in: chapter 3.
 
 from __future__ import annotations
 
-from ..collectives.partition import DataPartitioner
+from companion.collectives.partition import DataPartitioner
+
 from .style import figure, rank_color
 
 __all__ = ["shard_of", "plot_shards"]

@@ -17,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from fractions import Fraction
 
-from ..collectives.tour import TRACED, trace_allreduce
-from ..collectives.trace import Step, link_load
-from ..runtime.launcher import launch
+from companion.collectives.tour import TRACED, trace_allreduce
+from companion.collectives.trace import Step, link_load
+from companion.runtime.launcher import launch
+
 from .style import figure, text_color
 
 __all__ = [

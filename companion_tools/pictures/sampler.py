@@ -16,8 +16,9 @@ from collections.abc import Sequence
 
 from torch.utils.data.distributed import DistributedSampler
 
-from ..core.checks import check_int
-from ..ddp.sampling import eval_indices
+from companion.core.checks import check_int
+from companion.ddp.sampling import eval_indices
+
 from .style import figure, rank_color
 
 __all__ = ["record_orders", "readers", "eval_counts", "plot_orders", "plot_eval_counts"]

@@ -19,7 +19,8 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from ..split.naive import allreduce_grads, forward_backward, train_batch
+from companion.split.naive import allreduce_grads, forward_backward, train_batch
+
 from .style import figure, rank_color, text_color
 
 __all__ = ["SplitTrace", "trace_step", "plot_step"]
