@@ -9,7 +9,7 @@ what each step produced (shapes and devices) and when it ran. The replica
 threads' start and end times are measured inside the threads: each replica
 is handed to ``parallel_apply`` wrapped in a callable that notes the time
 around the replica's call. Nothing in ``companion.dataparallel`` changes.
-:func:`plot_forward` draws the record.
+:func:`plot_forward` draws the record; :mod:`.backward` draws the backward pass.
 """
 
 from __future__ import annotations

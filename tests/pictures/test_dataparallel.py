@@ -3,10 +3,17 @@
 import matplotlib
 import pytest
 import torch
+from torch.nn import functional as F
 
 from companion.core import lenet, set_seed
 from companion.dataparallel import DataParallelByHand
-from companion_tools.pictures import MAX_WIDTH, plot_forward, record_forward
+from companion_tools.pictures import (
+    MAX_WIDTH,
+    plot_backward,
+    plot_forward,
+    record_backward,
+    record_forward,
+)
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -57,3 +64,33 @@ def test_the_figure_fits_the_page():
     assert [t.get_text() for t in flow.get_xticklabels()][1] == "1. scatter"
     assert [t.get_text() for t in clock.get_yticklabels()][1:] == [n for n, _, _ in trace.threads]
     plt.close(fig)
+
+
+def test_the_backward_record_follows_each_replica_into_the_one_grad(device):
+    """Chapter 4's backward picture: each replica's gradient on its device, and net's .grad,
+    the same as a real DataParallelByHand step leaves, equal to their sum; the replicas'
+    gradients differ (their chunks do), so the sum could not be any one of them."""
+    devices = [device] * 3
+    X, y = torch.rand(10, 1, 28, 28, device=device), torch.arange(10, device=device) % 10
+    set_seed(0)
+    net = lenet().to(device)
+    trace = record_backward(net, X, y, devices, param="3.weight")
+    set_seed(0)
+    reference = lenet().to(device)
+    F.cross_entropy(DataParallelByHand(reference, devices)(X), y).backward()
+    torch.testing.assert_close(net.get_parameter("3.weight").grad, reference[3].weight.grad)
+    assert trace.parameter == "3.weight"
+    assert [where for where, _ in trace.replicas] == [str(device)] * 3
+    assert trace.grad[0] == str(device) and trace.summed < 1e-6
+    norms = [norm for _, norm in trace.replicas]
+    assert len(set(norms)) == 3 and all(abs(n - trace.grad[1]) > 1e-4 for n in norms)
+    fig = plot_backward(trace)
+    assert fig.get_size_inches()[0] <= MAX_WIDTH
+    plt.close(fig)
+
+
+def test_the_backward_record_names_a_parameter_the_model_has():
+    with pytest.raises(ValueError, match="no parameter 'nope'"):
+        record_backward(
+            lenet(), torch.rand(4, 1, 28, 28), torch.zeros(4).long(), ["cpu"] * 2, "nope"
+        )
