@@ -8,7 +8,7 @@ the model on its own shard of the data; after every backward pass
 hand-written ring all-reduce, so every replica takes the same step. With
 equal shards and local batch ``global_batch / world_size`` this is exactly
 single-process SGD on the union of the ranks' minibatches
-(:func:`train_reference` computes that, and a test checks the two agree).
+(:func:`~.reference.train_reference` computes that, and a test checks the two agree).
 ``dist_tuto`` divides the summed gradients by the world size, which is wrong
 as soon as the ranks' batches differ in size; ``average_gradients`` weighs
 each rank by its sample count when given it (see :mod:`.uneven`).
@@ -40,7 +40,6 @@ from ..core.training import (
     evaluate_accuracy,
     flat_params,
     set_seed,
-    sgd_steps,
     warm_up,
 )
 from ..runtime.epochs import Rank, train_epochs
@@ -53,7 +52,6 @@ __all__ = [
     "TrainResult",
     "train_worker",
     "averaged_step",
-    "train_reference",
 ]
 
 
@@ -247,37 +245,3 @@ def _check_worker(data, model, global_batch, epochs, lr, allreduce, max_steps, c
     if lr is not None:
         check_lr(lr)
     _check_averaging(allreduce, None)
-
-
-def train_reference(
-    world_size: int,
-    data: Data,
-    profile: Profile | str | None = None,
-    *,
-    global_batch: int,
-    lr: float,
-    steps: int,
-    model: str | None = None,
-    seed: int = 0,
-) -> torch.Tensor:
-    """One process's SGD on the global minibatches that ``world_size`` workers see.
-
-    Each step concatenates every rank's minibatch (same shards and shuffles as
-    :func:`train_worker`) into one batch of ``global_batch`` and takes one
-    ordinary step on its mean loss. Returns the flattened parameters. ``model``
-    defaults to :func:`train_worker`'s (the profile's processes').
-    """
-    check_data(data)
-    shards = DataPartitioner.even(data.train, world_size, seed)
-    batch = rank_batch_size(global_batch, world_size)
-    loaders = [DeviceLoader(shards.use(r), batch, seed=seed + r) for r in range(world_size)]
-
-    def global_batches():
-        while True:  # epoch after epoch
-            for batches in zip(*loaders):
-                Xs, ys = zip(*batches)
-                yield torch.cat(Xs), torch.cat(ys)
-
-    set_seed(seed)
-    net = get_model(model or get_profile(profile).processes.model)
-    return sgd_steps(net, global_batches(), lr, steps)
