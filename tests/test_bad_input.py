@@ -81,7 +81,8 @@ BENCH_OPTIONS = [("allreduce", "--world-size"), ("allreduce", "--mb"), ("allredu
                  ("internals", "--global-batch"), ("internals", "--rounds"), ("internals", "--steps"),
                  ("internals", "--caps"), ("compression", "--world-size"),
                  ("compression", "--global-batch"), ("compression", "--rounds"),
-                 ("compression", "--steps")]
+                 ("compression", "--steps"), ("fsdp", "--world-size"), ("fsdp", "--rounds"),
+                 ("fsdp", "--steps")]
 # fmt: on
 
 
