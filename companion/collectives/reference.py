@@ -84,7 +84,18 @@ def last_epoch_accuracies(
     processes'), on the profile's global batch, lr and processes' model, in one process
     on ``device``: the steps of ``train_worker`` on ``world_size`` ranks (for a model
     without BatchNorm, whose statistics are per rank), up to float rounding. The last
-    value is the run's final accuracy."""
+    value is the run's final accuracy. On the CPU it computes in one thread, so that its fp32
+    sums, and with them the curve, are the same on every machine (the rounding of a sum
+    depends on the thread count)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _last_epoch(world_size, data, profile, epochs, seed, device)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _last_epoch(world_size, data, profile, epochs, seed, device) -> list[float]:
     profile = get_profile(profile)
     epochs = profile.processes.epochs if epochs is None else epochs
     check_int(epochs, "epochs")

@@ -37,10 +37,10 @@ CHECKS_AT_MOST = 0.05  # the aim; measured: run this file
 # Raised once, from 20,557: chapter 10's methods became a table of records with names as
 # keys (issue 55's first item), 64 lines more than the regular expression they replace.
 # Lowered to 19,741 when the pictures of chapters 2-5 (879 lines) joined the tools, then
-# raised to 19,811 by chapter 3's collectives/reference.py (joined_batches out of
-# train_reference, and last_epoch_accuracies: why a run's last accuracy dips), which
-# also adds 2 listing lines.
-TAUGHT_LINES_AIM, TAUGHT_LINES_AT_MOST = 16_000, 19_811
+# raised to 19,822 by chapter 3's collectives/reference.py (joined_batches out of
+# train_reference, and last_epoch_accuracies, in one thread: why a run's last accuracy
+# dips), which also adds 2 listing lines.
+TAUGHT_LINES_AIM, TAUGHT_LINES_AT_MOST = 16_000, 19_822
 LISTING_LINES_AIM, LISTING_LINES_AT_MOST = 3_000, 4_494
 # Names of instruments (a timeline, progress lines, a log writer): a class the book shows
 # teaches a mechanism, and its instrumentation lives beside it (a subclass, a wrapper).
