@@ -87,15 +87,6 @@ def last_epoch_accuracies(
     value is the run's final accuracy. On the CPU it computes in one thread, so that its fp32
     sums, and with them the curve, are the same on every machine (the rounding of a sum
     depends on the thread count)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return _last_epoch(world_size, data, profile, epochs, seed, device)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _last_epoch(world_size, data, profile, epochs, seed, device) -> list[float]:
     profile = get_profile(profile)
     epochs = profile.processes.epochs if epochs is None else epochs
     check_int(epochs, "epochs")
@@ -104,11 +95,15 @@ def _last_epoch(world_size, data, profile, epochs, seed, device) -> list[float]:
     net = get_model(profile.processes.model).to(device)
     loss_fn, optimizer = nn.CrossEntropyLoss(), torch.optim.SGD(net.parameters(), lr=profile.lr)
     test = DeviceLoader(data.test, 256, device, shuffle=False)
-    for _ in range(epochs - 1):
-        for X, y in next(passes):
-            train_step(net, X, y, loss_fn, optimizer)
-    accuracies = []
-    for X, y in next(passes):
-        train_step(net, X, y, loss_fn, optimizer)
-        accuracies.append(evaluate_accuracy(net, test))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for epoch in range(epochs):
+            accuracies = []
+            for X, y in next(passes):
+                train_step(net, X, y, loss_fn, optimizer)
+                if epoch == epochs - 1:
+                    accuracies.append(evaluate_accuracy(net, test))
+    finally:
+        torch.set_num_threads(threads)
     return accuracies

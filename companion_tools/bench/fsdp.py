@@ -32,7 +32,7 @@ from companion.core.profiles import get_profile
 from companion.core.training import set_seed
 from companion.runtime.group import rank_device
 from companion.runtime.launcher import launch
-from companion.sharding.measure import divisible_mlp
+from companion.sharding.measure import _batch, divisible_mlp
 from companion.sharding.training import shard
 
 from . import bench_parser, measure_and_report
@@ -105,9 +105,7 @@ def phases_worker(
     """Worker: per method and phase, each round's median seconds (slowest rank), and rank 0's
     FSDP2 regions."""
     device = rank_device()
-    g = torch.Generator().manual_seed(rank)
-    X = torch.randn(batch, 1, 28, 28, generator=g).to(device)
-    y = torch.randint(0, 12, (batch,), generator=g).to(device)
+    X, y = _batch(batch, device)  # bench sharding's batch
     runs = {}
     for method in METHODS:
         set_seed(0)
