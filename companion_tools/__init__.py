@@ -7,5 +7,7 @@ Colab reader runs the same commands:
 * ``bench``: the benchmarks behind every speed claim, ``python -m companion_tools.bench --help``;
   their committed records are package data (``bench/results/``);
 * ``pictures`` (chapters 2-5): figures drawn from recorded runs of the taught code,
-  ``split``, ``ring``, ``shards``, ``dataparallel``, ``sampler``.
+  ``split``, ``ring``, ``shards``, ``dataparallel``, ``sampler``;
+* ``exercises`` (every chapter): the checkers readers run on their answers to the
+  chapters' exercises, one module per chapter's package.
 """
