@@ -4,7 +4,7 @@ Every chapter's exercises end with the checkers that apply to them; the book run
 each checker once on the chapter's own code, which passes. Call it on your answer
 instead (a copy of the chapter's function that you changed, or a new one with the
 same arguments). A checker prints one line per case, ``<case>: True`` or
-``<case>: False`` followed by what to look at, and returns a :class:`Verdicts`
+``<case>: False`` followed by what to look at, and returns a :class:`~companion_tools.exercises.verdicts.Verdicts`
 that is true when every case passed. It never prints the answer to a question:
 it says whether yours computes what one device computes, sends the bytes it
 should, or resumes where it stopped.

@@ -17,6 +17,7 @@ class Verdicts:
     def __init__(self, title: str, quiet: bool = False):
         self.title, self.quiet = title, quiet
         self.cases: list[tuple[str, bool, str]] = []
+        self.notes: list[str] = []  # the measurements printed beside the verdicts
         self._say(title)
 
     def _say(self, text: str, indent: str = "") -> None:
@@ -32,6 +33,7 @@ class Verdicts:
 
     def note(self, text: str) -> None:
         """Print a measurement beside the verdicts (not a verdict)."""
+        self.notes.append(text)
         self._say(text, "  ")
 
     @property

@@ -62,3 +62,21 @@ def run_fused_ten_times_the_rate(spec):
     from dataclasses import replace
 
     return run_fused(replace(spec, lr=spec.lr * 10))
+
+
+def average_flat(net) -> None:
+    """Chapter 3, exercise 2, right: one all-reduce of every gradient, flattened."""
+    grads = [p.grad for p in net.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    start = 0
+    for g in grads:
+        g.copy_(flat[start : start + g.numel()].view_as(g))
+        start += g.numel()
+
+
+def sum_flat(net) -> None:
+    """Wrong: the sum, not the mean."""
+    for p in net.parameters():
+        dist.all_reduce(p.grad)

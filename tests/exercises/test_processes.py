@@ -9,7 +9,7 @@ import pytest
 from companion.sharding import shard
 from companion.slowlinks import PowerSGDState, mean_hook, powersgd_hook
 from companion.study import Method
-from companion_tools.exercises.collectives import check_allreduce_algorithm
+from companion_tools.exercises.collectives import check_allreduce_algorithm, check_average_gradients
 from companion_tools.exercises.processes import check_prepare, hook_prepare, wrapper_prepare
 from companion_tools.exercises.study import check_method
 
@@ -29,6 +29,12 @@ def test_allreduce_checker_wants_the_sum_on_every_rank():
     in_a_notebook.__module__ = "__main__"
     with pytest.raises(TypeError, match="worker processes cannot import"):
         check_allreduce_algorithm(in_a_notebook)
+
+
+def test_averaging_checker_wants_the_mean_and_counts_the_calls():
+    flat = check_average_gradients(answers.average_flat, (2, 3), quiet=True)
+    assert flat and all("1 all-reduce;" in line for line in flat.notes)
+    assert not check_average_gradients(answers.sum_flat, (2,), quiet=True)
 
 
 def test_prepare_checker_against_one_process_and_bit_for_bit():
