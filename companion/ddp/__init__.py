@@ -3,14 +3,16 @@
 ``torchrun --standalone --nproc-per-node=2 -m companion.ddp --help`` runs
 :mod:`.cli`; :mod:`.loop` the per-rank setup and epoch loop that later chapters extend, :mod:`.training` the trainer, :mod:`.sampling` who reads
 which sample, :mod:`.detectors` and :mod:`.mistakes` the common mistakes,
-:mod:`.unused` parameters that ``forward`` never uses.
+:mod:`.unused` parameters that ``forward`` never uses, :mod:`.join` ranks with
+different numbers of batches.
 """
 
 # Every module's public names, re-exported: ``from companion.ddp import ...``.
-from . import cli, config, detectors, loop, mistakes, sampling, syncbn, training, unused
+from . import cli, config, detectors, join, loop, mistakes, sampling, syncbn, training, unused
 from .cli import *  # noqa: F401,F403
 from .config import *  # noqa: F401,F403
 from .detectors import *  # noqa: F401,F403
+from .join import *  # noqa: F401,F403
 from .loop import *  # noqa: F401,F403
 from .mistakes import *  # noqa: F401,F403
 from .sampling import *  # noqa: F401,F403
@@ -28,6 +30,7 @@ __all__ = list(
             *cli.__all__,
             *sampling.__all__,
             *detectors.__all__,
+            *join.__all__,
             *mistakes.__all__,
             *syncbn.__all__,
         ]
