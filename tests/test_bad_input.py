@@ -732,6 +732,7 @@ CASES = [
     ("ddp.train_joined without a process group", lambda t: ddp.train_joined(net(), torch.optim.SGD(net().parameters(), 0.1), []), RuntimeError, r"train_joined needs a process group"),
     ("ddp.train_joined not a model", lambda t: ddp.train_joined("net", None, []), TypeError, r"net must be a torch\.nn\.Module"),
     ("ddp.one_process_joined no batch", lambda t: ddp.one_process_joined(net(), torch.optim.SGD(net().parameters(), 0.1), [[], []]), ValueError, r"shares must hold each rank's list of \(X, y\) batches"),
+    ("ddp.train_uneven without a process group", lambda t: ddp.train_uneven(net(), None, [], (X[:0], Y[:0])), RuntimeError, r"train_uneven needs a process group"),
     ("ddp.one_process_joined no rank", lambda t: ddp.one_process_joined(net(), torch.optim.SGD(net().parameters(), 0.1), []), ValueError, r"shares must hold each rank's list"),
     ("ddp.expected_params no join", lambda t: ddp.expected_params([[]], net, "no join"), ValueError, r"a run with no join has no result: it hangs; pick another how"),
     ("ddp.join_worker an unknown way", lambda t: ddp.join_worker(0, 1, [[]], net, "typo"), ValueError, r"unknown how 'typo'; choose one of \['by hand'"),

@@ -50,6 +50,7 @@ from ..core.training import set_seed
 __all__ = [
     "uneven_shares",
     "train_joined",
+    "train_uneven",
     "one_process_joined",
     "expected_params",
     "join_worker",
@@ -59,7 +60,7 @@ __all__ = [
 Batches = Sequence[tuple[torch.Tensor, torch.Tensor]]
 #: how ``join_worker`` handles ranks that run out: by hand, torch's Join (each setting),
 #: or not at all (the ranks with more batches wait until the timeout)
-JOINS = ("by hand", "torch Join", "torch Join, divide by active ranks", "no join")
+JOINS = ("by hand", "by the loop", "torch Join", "torch Join, divide by active ranks", "no join")
 OPTIMIZERS = {
     "Adam": (torch.optim.Adam, {"lr": 1e-2}),
     "SGD momentum": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
@@ -99,11 +100,11 @@ def _flat_step(params: list[nn.Parameter], samples: int) -> int:
     return total
 
 
-def _check_joined(net: nn.Module) -> None:
+def _check_joined(net: nn.Module, name: str) -> None:
     check_module(net, "net")
     if not dist.is_initialized():
         raise RuntimeError(
-            "train_joined needs a process group: call it inside a worker started by "
+            f"{name} needs a process group: call it inside a worker started by "
             "companion.runtime.launch (or torchrun)"
         )
 
@@ -119,7 +120,7 @@ def _check_shares(shares) -> None:
 def train_joined(net: nn.Module, optimizer: torch.optim.Optimizer, batches: Batches) -> int:
     """Train on this rank's ``batches``, however many; a rank that has run out takes part
     in the others' steps with zeros. Returns the steps every rank took."""
-    _check_joined(net)
+    _check_joined(net, "train_joined")
     params = [p for p in net.parameters() if p.requires_grad]
     steps, mine = 0, iter(batches)
     while True:
@@ -135,6 +136,28 @@ def train_joined(net: nn.Module, optimizer: torch.optim.Optimizer, batches: Batc
         steps += 1
 
 
+def train_uneven(
+    model: nn.Module, optimizer: Any, batches: Batches, empty: tuple[torch.Tensor, torch.Tensor]
+) -> int:
+    """The same join for any averaging model (torch's DDP, chapter 6's wrappers, chapter 9's
+    stages): a one-number all-reduce agrees on the step's sample count (0: every rank
+    stops); a rank that has run out runs ``empty``, a batch of no samples, so that it
+    makes the same collectives with zero gradients; each loss is weighed by the world size
+    over that count, so the averaged gradient is the mean over the samples seen."""
+    _check_joined(model, "train_uneven")
+    steps, mine, n = 0, iter(batches), dist.get_world_size()
+    while True:
+        X, y = next(mine, None) or empty
+        total = torch.tensor([float(len(y))], dtype=torch.float64)
+        dist.all_reduce(total)
+        if total.item() == 0:
+            return steps
+        optimizer.zero_grad(set_to_none=True)
+        (F.cross_entropy(model(X), y, reduction="sum") * n / total.item()).backward()
+        optimizer.step()
+        steps += 1
+
+
 def one_process_joined(
     net: nn.Module, optimizer: torch.optim.Optimizer, shares, how: str = "by hand"
 ) -> None:
@@ -146,7 +169,7 @@ def one_process_joined(
     for t in range(max(len(batches) for batches in shares)):
         here = [batches[t] for batches in shares if t < len(batches)]
         optimizer.zero_grad(set_to_none=True)
-        if how == "by hand":  # one batch of everybody's samples
+        if how in ("by hand", "by the loop"):  # one batch of everybody's samples
             here = [(torch.cat([X for X, _ in here]), torch.cat([y for _, y in here]))]
         for X, y in here:
             F.cross_entropy(net(X), y).backward()  # adds each one's mean gradient
@@ -174,7 +197,7 @@ def expected_params(
         raise ValueError("a run with no join has no result: it hangs; pick another how")
     net, opt = _model_and_optimizer(make_model, optimizer)
     one_process_joined(net, opt, shares, how)
-    return torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+    return torch.cat([p.detach().reshape(-1) for p in net.parameters() if p.requires_grad])
 
 
 def _check_worker(how: str, optimizer: str) -> None:
@@ -196,6 +219,9 @@ def join_worker(
     net, opt = _model_and_optimizer(make_model, optimizer)
     if how == "by hand":
         steps = train_joined(net, opt, shares[rank])
+    elif how == "by the loop":  # torch's DDP, no Join: train_uneven's loop
+        X, y = next(b for batches in shares for b in batches)
+        steps = train_uneven(DDP(net), opt, shares[rank], (X[:0], y[:0]))
     else:
         model, steps = DDP(net), 0
         joining = how != "no join"  # Join(enable=False) does nothing: the loop is bare
@@ -206,5 +232,5 @@ def join_worker(
                 F.cross_entropy(model(X), y).backward()
                 opt.step()
                 steps += 1
-    flat = torch.cat([p.detach().reshape(-1) for p in net.parameters()])
+    flat = torch.cat([p.detach().reshape(-1) for p in net.parameters() if p.requires_grad])
     return {"params": flat, "steps": steps}

@@ -63,3 +63,21 @@ def test_no_join_is_a_hang_that_the_timeout_ends():
             join_worker, 2, shares, partial(TiedFrozenUnused, unused=False), "no join",
             backend="gloo", timeout=8,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "method", ["torch DDP", "BucketedDDP", "ZeRO-1", "ZeRO-2", "ZeRO-3", "FSDP2"]
+)
+def test_the_joining_loop_makes_every_method_equal_one_process(method):
+    """train_uneven around chapter 6's wrappers and chapter 9's stages (tied, frozen and
+    unused parameters; a rank with no batch at all)."""
+    from .join_workers import uneven_worker
+
+    for counts in ([3, 1], [1, 3, 0, 2]):
+        shares = uneven_shares(counts)
+        for optimizer in ("Adam", "SGD momentum"):
+            runs = launch(
+                uneven_worker, len(counts), shares, method, optimizer, backend="gloo", timeout=120
+            )
+            expected = expected_params(shares, TiedFrozenUnused, "by hand", optimizer)
+            assert all(_close(r, expected) for r in runs), (counts, optimizer)
