@@ -7,7 +7,8 @@ batches (shards split by hand, a loader that filters or streams per rank; a
 ``DistributedSampler`` pads every rank to the same length, so it is not a
 cause), the first rank to run out leaves the loop while the others wait in
 their next all-reduce for a partner that never comes, until the process group's
-timeout.
+timeout (under ``companion.runtime.launch``, whose finished ranks wait in a
+barrier; a script whose finished rank exits fails sooner, with a lost connection).
 
 :func:`train_joined` is the answer by hand, with chapter 3's tools: every rank
 takes every step until all are done. One all-reduce per step carries, in one
@@ -17,14 +18,16 @@ and the sample count. Dividing by the total count gives the gradient of the mean
 loss over the samples really seen in that step; a parameter that no rank's
 backward reached gets no gradient, as in one process; a step whose total count
 is 0 ends the loop on every rank at once. Every rank steps its optimizer with
-the same gradient, so the replicas stay equal. :func:`one_process_joined` is the
+the same gradient, so replicas that start equal (the same seed, or rank 0's
+weights broadcast) stay equal. :func:`one_process_joined` is the
 same training in one process: step ``t`` on the ``t``-th batch of every rank
 that still has one.
 
 Torch's answer is ``torch.distributed.algorithms.Join`` around the loop of a
 DDP model: a rank that has run out shadows the others' all-reduces with zeros
 until every rank has joined, and at the end the last rank to join broadcasts
-its parameters. DDP still divides by a rank count, not by samples: with
+its parameters (not its optimizer state: a rank that joined early keeps the
+momentum or Adam moments of its own last step). DDP still divides by a rank count, not by samples: with
 ``divide_by_initial_world_size=True`` (the default) a step's gradient is the
 sum of the active ranks' mean gradients over the initial world size (smaller
 than their mean once a rank has joined); with ``False``, over the number of
@@ -139,16 +142,18 @@ def train_joined(net: nn.Module, optimizer: torch.optim.Optimizer, batches: Batc
 def train_uneven(
     model: nn.Module, optimizer: Any, batches: Batches, empty: tuple[torch.Tensor, torch.Tensor]
 ) -> int:
-    """The same join for any averaging model (torch's DDP, chapter 6's wrappers, chapter 9's
-    stages): a one-number all-reduce agrees on the step's sample count (0: every rank
-    stops); a rank that has run out runs ``empty``, a batch of no samples, so that it
-    makes the same collectives with zero gradients; each loss is weighed by the world size
-    over that count, so the averaged gradient is the mean over the samples seen."""
+    """The same join for a model that averages its gradients over the world size (torch's
+    DDP, chapter 6's wrappers without ``weigh_by_samples``, chapter 9's stages): a
+    one-number all-reduce agrees on the step's sample count (0: every rank stops); a rank
+    that has run out runs ``empty``, a batch of no samples (the model must accept one:
+    ``x.flatten(1)``, not ``x.view(x.size(0), -1)``), so that it makes the same
+    collectives with zero gradients; each loss is weighed by the world size over that
+    count, so the averaged gradient is the mean over the samples seen."""
     _check_joined(model, "train_uneven")
     steps, mine, n = 0, iter(batches), dist.get_world_size()
     while True:
         X, y = next(mine, None) or empty
-        total = torch.tensor([float(len(y))], dtype=torch.float64)
+        total = torch.tensor([float(len(y))], dtype=torch.float64, device=X.device)  # nccl
         dist.all_reduce(total)
         if total.item() == 0:
             return steps
@@ -214,7 +219,8 @@ def join_worker(
     optimizer: str = "Adam",
 ) -> dict[str, Any]:
     """Worker: train ``make_model()`` (seeded, float64) on ``shares[rank]`` as ``how`` says;
-    ``{"params": flat parameters, "steps": steps taken}``."""
+    ``{"params": the trainable parameters, flat, "steps": steps taken}``. The ways through
+    torch's DDP need a model whose forward uses every parameter."""
     _check_worker(how, optimizer)
     net, opt = _model_and_optimizer(make_model, optimizer)
     if how == "by hand":

@@ -15,7 +15,8 @@ notebook (``%%writefile my_answer.py``) and import it from there.
 
 * ``one_device`` (chapter 1): :func:`~.one_device.check_evaluate`;
 * ``split`` (chapter 2): :func:`~.split.check_forward_backward`, :func:`~.split.check_shard_sizes`;
-* ``collectives`` (chapter 3): :func:`~.collectives.check_allreduce_algorithm`;
+* ``collectives`` (chapter 3): :func:`~.collectives.check_allreduce_algorithm`,
+  :func:`~.collectives.check_average_gradients`;
 * ``dataparallel`` (chapter 4): :func:`~.dataparallel.check_scatter`;
 * ``ddp`` (chapter 5): :func:`~.ddp.check_sampler`;
 * ``processes`` (chapters 6, 9 and 10): :func:`~.processes.check_prepare`;

@@ -31,7 +31,7 @@ from companion.runtime import launch
 from companion.runtime.launcher import _check_function
 from companion.sharding.ledger import count_bytes
 
-from .verdicts import Verdicts
+from .verdicts import Verdicts, attempt
 
 __all__ = [
     "check_allreduce_algorithm",
@@ -66,16 +66,22 @@ def check_allreduce_algorithm(
     name = getattr(fn, "__name__", "fn")
     verdicts = Verdicts(f"{name} against the exact sum of small integers on every rank", quiet)
     for n in world_sizes:
-        ranks = launch(allreduce_worker, n, fn, backend="gloo", timeout=120)
-        wrong = sorted(
-            {r for r, seen in enumerate(ranks) for numel in NUMELS if not seen[numel][0]}
+        ranks, problem = attempt(launch, allreduce_worker, n, fn, backend="gloo", timeout=120)
+        wrong = (
+            []
+            if problem
+            else sorted(
+                {r for r, seen in enumerate(ranks) for numel in NUMELS if not seen[numel][0]}
+            )
         )
         verdicts.add(
             f"{n} processes, {', '.join(f'{m:,}' for m in NUMELS)} floats, every rank "
             "holds the sum",
-            not wrong,
-            f"wrong on rank(s) {wrong}",
+            not problem and not wrong,
+            problem or f"wrong on rank(s) {wrong}: the sum must be written into the tensor",
         )
+        if problem:
+            continue
         busiest = max(ranks, key=lambda seen: seen[NUMELS[-1]][2])[NUMELS[-1]]
         verdicts.note(
             f"{n} processes, {NUMELS[-1]:,} floats: the busiest rank sent "
@@ -105,7 +111,7 @@ def averaging_worker(rank: int, world_size: int, fn: Callable) -> tuple[bool, di
     with count_bytes() as ledger:
         fn(net)
     same = all(
-        p.grad is not None and torch.allclose(p.grad, e, rtol=1e-12, atol=0)
+        p.grad is not None and torch.allclose(p.grad, e, rtol=1e-12, atol=1e-9)
         for p, e in zip(net.parameters(), expected)
     )
     return same, ledger.counts(), ledger.sent()
@@ -119,13 +125,15 @@ def check_average_gradients(
     name = getattr(fn, "__name__", "fn")
     verdicts = Verdicts(f"{name}(net) on LeNet's gradients (small integers, float64)", quiet)
     for n in world_sizes:
-        ranks = launch(averaging_worker, n, fn, backend="gloo", timeout=120)
-        wrong = [r for r, (same, _, _) in enumerate(ranks) if not same]
+        ranks, problem = attempt(launch, averaging_worker, n, fn, backend="gloo", timeout=120)
+        wrong = [] if problem else [r for r, (same, _, _) in enumerate(ranks) if not same]
         verdicts.add(
             f"{n} processes, every rank holds the mean gradient",
-            not wrong,
-            f"wrong on rank(s) {wrong}",
+            not problem and not wrong,
+            problem or f"wrong on rank(s) {wrong}: each .grad must end as the mean, in place",
         )
+        if problem:
+            continue
         _, calls, sent = ranks[0]
         made = ", ".join(number_of(count, kind) for kind, count in sorted(calls.items()))
         verdicts.note(f"{n} processes: rank 0 made {made or 'no call'}; sent {sent:,.0f} bytes")

@@ -32,11 +32,14 @@ def _pieces_problem(pieces, X: torch.Tensor, y: torch.Tensor, devices) -> str:
         isinstance(pieces, (list, tuple))
         and 0 < len(pieces) <= len(devices)
         and all(isinstance(p, tuple) and len(p) == 2 for p in pieces)
+        and all(torch.is_tensor(t) for p in pieces for t in p)
     ):
-        return "want a list of (X_i, y_i) tuples, at most one per device"
+        return "want a list of (X_i, y_i) tuples of tensors, at most one per device"
     for i, (X_i, y_i) in enumerate(pieces):
         if X_i.device != devices[i] or y_i.device != devices[i]:
             return f"piece {i} is not on {devices[i]}"
+        if len(X_i) != len(y_i):
+            return f"piece {i} has {len(X_i)} inputs and {len(y_i)} labels: cut both alike"
     if not (
         torch.equal(torch.cat([p[0].cpu() for p in pieces]), X)
         and torch.equal(torch.cat([p[1].cpu() for p in pieces]), y)
@@ -54,8 +57,9 @@ def _step_grads(net: nn.Module, pieces, X, y, devices) -> list[torch.Tensor]:
         out = net(X)
     else:
         used = devices[: len(pieces)]
-        inputs = [(X_i,) for X_i, _ in pieces]  # the model takes X; y_i are checked above
+        inputs = [(X_i,) for X_i, _ in pieces]  # the model takes X
         out = gather(parallel_apply(replicate(net, used), inputs, used), devices[0])
+        y = torch.cat([y_i.to(devices[0]) for _, y_i in pieces])  # the labels as cut
     nn.functional.cross_entropy(out, y).backward()
     return [p.grad.clone() for p in net.parameters()]
 

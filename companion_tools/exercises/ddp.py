@@ -13,6 +13,7 @@ epoch to the next (exercise 3: a different seed on each rank fails here).
 
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Callable
 
@@ -30,15 +31,27 @@ def torch_sampler(n: int, rank: int, world_size: int, epoch: int) -> list[int]:
     return sampler_indices(range(n), world_size, epoch)[rank]
 
 
-def _shares(fn: Callable, n: int, world_size: int, epoch: int) -> list[list[int]]:
-    return [list(fn(n, rank, world_size, epoch)) for rank in range(world_size)]
+def _index(i) -> int | None:
+    """``i`` as a Python int if it is an integer of any kind (a tensor's, numpy's), else None."""
+    try:
+        return operator.index(i)
+    except TypeError:
+        return None
+
+
+def _shares(fn: Callable, n: int, world_size: int, epoch: int) -> list[list]:
+    """Each rank's indices (a list, tensor or array of integers), as Python ints where they are."""
+    return [
+        [_index(i) if _index(i) is not None else i for i in fn(n, rank, world_size, epoch)]
+        for rank in range(world_size)
+    ]
 
 
 def _problem(fn: Callable, n: int, world_size: int) -> str:
     """What is wrong with ``fn``'s shares of ``n`` samples on ``world_size`` ranks."""
     epochs = [_shares(fn, n, world_size, epoch) for epoch in (0, 1)]
     for epoch, shares in enumerate(epochs):
-        if any(not all(isinstance(i, int) and 0 <= i < n for i in s) for s in shares):
+        if any(not all(isinstance(i, int) and 0 <= i < n for i in s) for s in shares):  # ints
             return f"epoch {epoch}: an index is not an integer in [0, {n})"
         if len({len(s) for s in shares}) > 1:
             return f"epoch {epoch}: the ranks get {[len(s) for s in shares]} indices, not equal"

@@ -65,7 +65,7 @@ def _resumed(make: Callable, restore_fn: Callable, dropout: float, batches) -> t
     where = restore_fn(
         torch.load(io.BytesIO(buffer.getvalue()), weights_only=False), net, optimizer, scheduler
     )
-    if tuple(where) != (0, half * BATCH, half):
+    if not isinstance(where, tuple) or tuple(where) != (0, half * BATCH, half):
         raise ValueError(
             f"restore returned {where}, not (epoch, position, step) = (0, {half * BATCH}, {half})"
         )

@@ -5,9 +5,10 @@
   ``allreduce_grads``, must give one device's gradient of the mean loss, in
   float64, for even and uneven shards on 1 to 4 devices (exercise 2).
 * ``check_shard_sizes(fn)``: your ``fn(batch_size, speeds) -> sizes`` must split
-  every sample once, in proportion to the speeds up to rounding, and the
-  chapter's step on those shards must still give the gradient of the mean loss
-  (exercise 3).
+  every sample once into whole shards, each within one sample of its share
+  ``batch * speed / sum(speeds)`` (exercise 3; whether the loss weighting still
+  gives the gradient of the mean loss is the exercise's question:
+  ``check_forward_backward`` runs any sizes ``split_batch`` makes).
 """
 
 from __future__ import annotations
@@ -109,11 +110,10 @@ def _shard_problem(sizes, batch: int, speeds: Sequence[float]) -> str:
 
 
 def check_shard_sizes(fn: Callable, quiet: bool = False) -> Verdicts:
-    """Your ``fn(batch_size, speeds)``: whole shards, every sample once, by speed, and the
-    chapter's split step on them equal to one device (float64)."""
+    """Your ``fn(batch_size, speeds)``: whole shards, every sample once, by speed."""
     verdicts = Verdicts(
-        f"{getattr(fn, '__name__', 'fn')}(batch_size, speeds): every sample "
-        "once, in proportion to speed, the step's gradient one device's",
+        f"{getattr(fn, '__name__', 'fn')}(batch_size, speeds): whole shards, every sample "
+        "once, in proportion to speed",
         quiet,
     )
     for batch, speeds in SPEEDS:

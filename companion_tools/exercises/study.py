@@ -63,9 +63,11 @@ def check_method(
     )
     for n in devices:
         records, problem = attempt(method.run, replace(spec, n_devices=n))
-        problem = problem or _problem(
-            records, replace(spec, n_devices=n), reference, method.processes
-        )
+        if not problem:
+            found, raised = attempt(
+                _problem, records, replace(spec, n_devices=n), reference, method.processes
+            )
+            problem = raised or found
         verdicts.add(
             f"{n} device(s), one record per epoch, the reference's accuracy"
             + (" or near it" if method.processes else ""),

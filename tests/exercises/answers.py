@@ -80,3 +80,11 @@ def sum_flat(net) -> None:
     """Wrong: the sum, not the mean."""
     for p in net.parameters():
         dist.all_reduce(p.grad)
+
+
+def average_divide_first(net) -> None:
+    """Right too: divide by the world size first, then all-reduce (as DDP does); its rounding
+    differs from the sum's where the ranks' gradients cancel."""
+    for p in net.parameters():
+        p.grad /= dist.get_world_size()
+        dist.all_reduce(p.grad)

@@ -34,6 +34,7 @@ def test_allreduce_checker_wants_the_sum_on_every_rank():
 def test_averaging_checker_wants_the_mean_and_counts_the_calls():
     flat = check_average_gradients(answers.average_flat, (2, 3), quiet=True)
     assert flat and all("1 all-reduce;" in line for line in flat.notes)
+    assert check_average_gradients(answers.average_divide_first, (3,), quiet=True)
     assert not check_average_gradients(answers.sum_flat, (2,), quiet=True)
 
 

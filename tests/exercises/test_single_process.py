@@ -99,6 +99,14 @@ def test_scatter_checker_wants_every_sample_once_on_its_device():
         why for _, ok, why in check_scatter(strided, quiet=True).cases if not ok
     }
 
+    def chunk_x_split_y(inputs, devices):  # X cut as torch.chunk, y as tensor_split
+        X, y = inputs
+        return list(zip(X.chunk(len(devices)), y.tensor_split(len(devices))))
+
+    uneven = check_scatter(chunk_x_split_y, quiet=True)
+    assert "batch 7 over 3 devices" in uneven.failed
+    assert any("inputs and" in why for _, ok, why in uneven.cases if not ok)
+
 
 def test_sampler_checker_catches_unequal_shares_and_a_seed_per_rank():
     from torch.utils.data import DistributedSampler
@@ -119,6 +127,14 @@ def test_sampler_checker_catches_unequal_shares_and_a_seed_per_rank():
         return list(sampler)  # set_epoch forgotten
 
     assert "reshuffle" in check_sampler(never_reshuffled, quiet=True).cases[0][2]
+
+    def as_a_tensor(n, rank, world, epoch):  # torch.randperm's integers, not Python ints
+        g = torch.Generator().manual_seed(epoch)
+        order = torch.randperm(n, generator=g)
+        order = torch.cat([order, order[: -n % world or n]])[: world * -(-n // world)]
+        return order[rank::world]
+
+    assert check_sampler(as_a_tensor, quiet=True)
 
 
 def test_resume_checker_needs_the_random_state_only_with_dropout():
