@@ -64,6 +64,7 @@ Batches = Sequence[tuple[torch.Tensor, torch.Tensor]]
 #: how ``join_worker`` handles ranks that run out: by hand, torch's Join (each setting),
 #: or not at all (the ranks with more batches wait until the timeout)
 JOINS = ("by hand", "by the loop", "torch Join", "torch Join, divide by active ranks", "no join")
+#: the optimizers the equivalence checks step with (chapter 9's checks take these too)
 OPTIMIZERS = {
     "Adam": (torch.optim.Adam, {"lr": 1e-2}),
     "SGD momentum": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),

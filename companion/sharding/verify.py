@@ -23,17 +23,13 @@ from torch.nn import functional as F
 
 from ..core.checks import check_choice, check_int
 from ..core.training import set_seed
+from ..ddp.join import OPTIMIZERS  # the two optimizers every equivalence check steps with
 from ..internals.tied_frozen_unused import TiedFrozenUnused
 from ..runtime.group import rank_device
 from .clip import clip_grad_norm
 from .training import METHODS, full_parameters, shard
 
 __all__ = ["OPTIMIZERS", "global_batches", "one_process", "compare_worker", "clip_norm_worker"]
-
-OPTIMIZERS = {
-    "Adam": (torch.optim.Adam, {"lr": 1e-2}),
-    "SGD momentum": (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}),
-}
 
 
 def _model() -> TiedFrozenUnused:
