@@ -218,17 +218,24 @@ def join_worker(
     make_model: Callable[[], nn.Module],
     how: str = "by hand",
     optimizer: str = "Adam",
+    wrapper: Callable[[nn.Module], nn.Module] = DDP,
 ) -> dict[str, Any]:
     """Worker: train ``make_model()`` (seeded, float64) on ``shares[rank]`` as ``how`` says;
     ``{"params": the trainable parameters, flat, "steps": steps taken}``. The ways through
-    torch's DDP need a model whose forward uses every parameter."""
+    torch's DDP need a model whose forward uses every parameter. ``"by the loop"`` runs
+    :func:`train_uneven` around ``wrapper(net)``: torch's DDP, or another wrapper that
+    averages over the world size (chapter 6's)."""
     _check_worker(how, optimizer)
+    if not callable(wrapper):
+        raise TypeError(
+            f"wrapper must wrap a model (DDP, or a class of chapter 6), got {wrapper!r}"
+        )
     net, opt = _model_and_optimizer(make_model, optimizer)
     if how == "by hand":
         steps = train_joined(net, opt, shares[rank])
     elif how == "by the loop":  # torch's DDP, no Join: train_uneven's loop
         X, y = next(b for batches in shares for b in batches)
-        steps = train_uneven(DDP(net), opt, shares[rank], (X[:0], y[:0]))
+        steps = train_uneven(wrapper(net), opt, shares[rank], (X[:0], y[:0]))
     else:
         model, steps = DDP(net), 0
         joining = how != "no join"  # Join(enable=False) does nothing: the loop is bare

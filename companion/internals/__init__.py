@@ -6,12 +6,14 @@ parameters that need care), :mod:`.tied_frozen_unused` (a model with tied, froze
 unused parameters), :mod:`.training` (steps and epochs with any of
 them), :mod:`.sweep` (bucket sizes and the alpha-beta model),
 :mod:`.timeline` (when each all-reduce ran), :mod:`.lifetime` (hooks that live as long
-as their wrapper) and :mod:`.dropin` (each pattern torch's DDP allows, under each wrapper).
+as their wrapper), :mod:`.dropin` (each pattern torch's DDP allows, under each wrapper) and
+:mod:`.compiled` (``torch.compile`` with DDP and with the wrappers).
 """
 
 # Every module's public names, re-exported: ``from companion.internals import ...``.
 from . import (
     buckets,
+    compiled,
     dropin,
     dropin_cases,
     hooks,
@@ -23,6 +25,7 @@ from . import (
     training,
 )
 from .buckets import *  # noqa: F401,F403
+from .compiled import *  # noqa: F401,F403
 from .dropin import *  # noqa: F401,F403
 from .dropin_cases import *  # noqa: F401,F403
 from .hooks import *  # noqa: F401,F403
@@ -46,6 +49,7 @@ __all__ = list(
             *lifetime.__all__,
             *dropin.__all__,
             *dropin_cases.__all__,
+            *compiled.__all__,
         ]
     )
 )

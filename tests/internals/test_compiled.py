@@ -1,0 +1,140 @@
+"""``torch.compile`` with DDP (chapter 6): each variant of companion.internals.compiled trains
+the same float64 steps as eager DDP at 2 and 3 processes, every rank alike, and compiles the
+graphs the chapter says (asserted by count); plus chapter 5's ``train_uneven`` around each
+of chapter 6's wrappers, equal to one process on the samples seen."""
+
+from functools import partial
+
+import pytest
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from companion.core.models import get_model
+from companion.ddp import expected_params, join_worker, uneven_shares
+from companion.internals import BucketedDDP, HookedDDP, NaiveDDP
+from companion.internals.compiled import VARIANTS, GraphLog, compile_worker
+from companion.runtime import launch
+
+pytestmark = pytest.mark.ch6
+
+CONTROL = "compile(model), no DDP"  # not data parallel: each rank its own batches
+TRACED_HOOKS = "BucketedDDP(compile(model)), compiled autograd"  # fails where the chapter says
+SKIPPED = (
+    "Attempted to call function marked as skipped (DistributedDataParallel._inside_ddp_forward)"
+)
+
+# Per variant: the graphs compiled, as (operations, all-reduces), on LeNet with 0.1 MiB buckets.
+GRAPHS = {
+    "eager DDP": (),
+    "compile(DDP(model))": (),  # DDP's forward and torch.nn's forwards are not traced
+    "compile(DDP(OwnModule(model)))": ((7, 0), (5, 0)),
+    "DDP(compile(model))": ((7, 0), (5, 0)),  # DDPOptimizer: one graph per bucket
+    "DDP(compile(model)), optimize_ddp=False": ((12, 0),),
+    "BucketedDDP(compile(model))": ((12, 0),),
+    "compile(BucketedDDP(model))": ((12, 0),),
+    CONTROL: ((12, 0),),
+}
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return {p: launch(compile_worker, p, compiler="aot_eager", steps=3, batch=4,
+                      backend="gloo", timeout=600) for p in (2, 3)}  # fmt: skip
+
+
+def _close(a, b) -> bool:
+    return all(torch.allclose(x, y, rtol=1e-12, atol=1e-14) for x, y in zip(a, b, strict=True))
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize(
+    "variant", [v for v in VARIANTS if v not in ("eager DDP", CONTROL, TRACED_HOOKS)]
+)
+def test_each_compiled_variant_trains_as_eager_ddp_does(compiled, world_size, variant):
+    ranks = compiled[world_size]
+    for results in ranks:
+        got = results[variant]
+        assert got.error is None, got.error
+        assert _close(got.params, results["eager DDP"].params)
+        assert all(torch.equal(a, b) for a, b in zip(got.params, ranks[0][variant].params))
+    control = [r[CONTROL].params for r in ranks]  # the test can fail: without DDP ranks part
+    assert not _close(control[0], control[1])
+
+
+@pytest.mark.parametrize("variant", list(GRAPHS))
+def test_each_variant_compiles_the_graphs_the_chapter_names(compiled, variant):
+    for results in compiled[2]:
+        assert results[variant].graphs == GRAPHS[variant]
+
+
+def test_compiled_autograd_puts_one_all_reduce_per_parameter_into_the_backward_graph(compiled):
+    got = compiled[2][0]["DDP(compile(model)), compiled autograd"]
+    (forward, _), (backward_ops, allreduces) = got.graphs
+    assert forward == 12 and backward_ops > forward
+    assert allreduces == len(list(get_model("lenet").parameters())) == 10
+    assert got.buckets is None  # no C++ reducer: its buckets mean nothing here
+
+
+def test_compiled_autograd_stops_at_the_weak_reference_of_our_hooks(compiled):
+    """Chapter 6's hooks reach their wrapper through a weakref; tracing them fails there."""
+    for results in compiled[2]:
+        got = results[TRACED_HOOKS]
+        assert got.error.startswith("AssertionError at internals/lifetime.py:")
+        assert got.error.endswith("`bound = ref()`") and got.params == []
+
+
+def test_graph_breaks_are_named_where_they_happen(compiled):
+    results = compiled[2][0]
+    assert SKIPPED in results["compile(DDP(model))"].breaks
+    assert results["compile(BucketedDDP(model))"].breaks == (
+        "torch.* op returned non-Tensor (_current_graph_task_id)",
+    )
+    for clean in ("DDP(compile(model))", "BucketedDDP(compile(model))"):
+        assert results[clean].breaks == ()
+
+
+def test_inductor_generated_code_trains_as_eager_ddp_does():
+    """Inductor's C++ (g++ on this machine): float64, not bit for bit, within 1e-12."""
+    ranks = launch(compile_worker, 2, ("eager DDP", "DDP(compile(model))"), steps=2, batch=4,
+                   backend="gloo", timeout=600)  # fmt: skip
+    for results in ranks:
+        got = results["DDP(compile(model))"]
+        assert got.error is None, got.error
+        assert got.graphs == ((7, 0), (5, 0))
+        assert _close(got.params, results["eager DDP"].params)
+
+
+def test_timing_rounds_pair_eager_ddp_with_the_variant():
+    (results, _) = launch(compile_worker, 2, ("BucketedDDP(compile(model))",), compiler="aot_eager",
+                          steps=1, batch=2, rounds=2, round_steps=1, backend="gloo",
+                          timeout=300)  # fmt: skip
+    rounds = results["BucketedDDP(compile(model))"].rounds
+    assert len(rounds) == 2 and all(len(r) == 2 and min(r) > 0 for r in rounds)
+
+
+def test_graph_log_forgets_an_abandoned_attempt():
+    """dynamo restarts a trace now and then; only the last attempt's graphs count."""
+    log = GraphLog("aot_eager")
+    f = torch.compile(lambda x: (x * 2).sin(), backend=log)
+    f(torch.ones(3))
+    assert log.graphs == [(2, 0)]
+
+
+def test_bad_variant_and_compiler_are_refused_by_name():
+    with pytest.raises(ValueError, match="unknown variant 'DDP'"):
+        compile_worker(0, 1, ("DDP",))
+    with pytest.raises(ValueError, match="unknown compiler 'tvm'"):
+        GraphLog("tvm")
+
+
+@pytest.mark.parametrize("counts", [[3, 1], [1, 3, 0, 2]])
+def test_train_uneven_joins_each_wrapper_of_the_chapter(counts):
+    """Chapter 5's train_uneven around torch's DDP and each of chapter 6's wrappers: the
+    drop-in table's row for ranks with different numbers of batches."""
+    shares, lenet = uneven_shares(counts), partial(get_model, "lenet")
+    expected = expected_params(shares, lenet, "by the loop", "SGD momentum")
+    for wrapper in (DDP, NaiveDDP, HookedDDP, BucketedDDP):
+        runs = launch(join_worker, len(counts), shares, lenet, "by the loop", "SGD momentum",
+                      wrapper=wrapper, backend="gloo", timeout=120)  # fmt: skip
+        assert all(r["steps"] == max(counts) for r in runs)
+        assert all(torch.allclose(r["params"], expected, rtol=1e-9, atol=1e-12) for r in runs)
