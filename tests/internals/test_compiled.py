@@ -112,6 +112,14 @@ def test_timing_rounds_pair_eager_ddp_with_the_variant():
     assert len(rounds) == 2 and all(len(r) == 2 and min(r) > 0 for r in rounds)
 
 
+def test_ddp_optimizer_refuses_a_cap_below_its_first_bucket_unless_it_is_lowered():
+    """Why compiled._buckets_from exists (torch 2.11-2.14): the chapter quotes this error."""
+    from .workers import small_cap_without_lowering
+
+    (error,) = launch(small_cap_without_lowering, 1, backend="gloo", timeout=300)
+    assert "First bucket should be smaller/equal to other buckets to get comms warmed up" in error
+
+
 def test_graph_log_forgets_an_abandoned_attempt():
     """dynamo restarts a trace now and then; only the last attempt's graphs count."""
     log = GraphLog("aot_eager")

@@ -435,3 +435,20 @@ def control_flow_under_no_sync(rank, world_size):
             out[last, variant] = grads_of(model)
             dist.barrier()
     return out
+
+
+def small_cap_without_lowering(rank: int, world_size: int) -> str:
+    """``DDP(torch.compile(lenet), bucket_cap_mb=0.1)``, one step, torch's first-bucket
+    constant left at 1 MiB: the error DDPOptimizer raises (or "" if it ran)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from companion.core import get_model
+
+    torch._dynamo.reset()
+    net = DistributedDataParallel(torch.compile(get_model("lenet"), backend="aot_eager"),
+                                  bucket_cap_mb=0.1)  # fmt: skip
+    try:
+        net(torch.zeros(2, 1, 28, 28)).sum().backward()
+    except Exception as err:  # dynamo wraps the backend's error
+        return f"{type(err).__name__}: {err}"
+    return ""
