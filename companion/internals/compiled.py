@@ -18,6 +18,7 @@ import logging
 import re
 import time
 import traceback
+import warnings
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import NamedTuple
@@ -252,12 +253,14 @@ def compile_worker(
     for name in ("torch._dynamo", "torch._inductor", "torch._guards", "torch.utils.cpp_extension"):
         logging.getLogger(name).setLevel(logging.CRITICAL)  # off the page: errors come back
     out = {}
-    for name in variants:
-        try:
-            out[name] = _run(rank, name, compiler, steps, batch, bucket_cap_mb, rounds,
-                             round_steps)  # fmt: skip
-        except Exception as err:  # shown as the variant's result: where it breaks
-            out[name] = Compiled(name, (), (), 0, 0.0, [], (), _where(err))
+    with warnings.catch_warnings():  # torch warns on Python 3.13.0 (Colab's) that guards are slow
+        warnings.filterwarnings("ignore", "Guards may run slower", RuntimeWarning)
+        for name in variants:
+            try:
+                out[name] = _run(rank, name, compiler, steps, batch, bucket_cap_mb, rounds,
+                                 round_steps)  # fmt: skip
+            except Exception as err:  # shown as the variant's result: where it breaks
+                out[name] = Compiled(name, (), (), 0, 0.0, [], (), _where(err))
     return out
 
 
