@@ -177,16 +177,8 @@ def _run(rank: int, variant: str, compiler: str, steps: int, batch: int, cap_mb:
         for X, y in data[1:]:
             _step(net, optimizer, X, y, backward_in)
         params = [p.detach().clone() for p in model.parameters()]
-        pairs = _time(
-            net,
-            optimizer,
-            data[0],
-            backward_in,
-            rounds,
-            round_steps,
-            cap_mb,
-            variant.endswith("no DDP"),
-        )
+        alone = variant.endswith("no DDP")
+        pairs = _time(net, optimizer, data[0], backward_in, rounds, round_steps, cap_mb, alone)
     breaks = tuple(sorted({_reason(k) for k in counters["graph_break"]}))
     return Compiled(variant, tuple(log.graphs), breaks, _buckets(net), first_s, params, pairs)
 
