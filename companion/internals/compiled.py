@@ -94,7 +94,7 @@ class Compiled(NamedTuple):
     variant: str
     graphs: tuple  # (operations, all-reduces) of each graph compiled, in order
     breaks: tuple  # the reason for each kind of graph break, one line each
-    buckets: int | None  # the wrapper's buckets after the steps (None: no C++ reducer)
+    buckets: int | None  # the wrapper's buckets after the steps (None: no C++ reducer, or failed)
     first_step_s: float  # the first step, which compiles
     params: list  # after the steps, float64
     rounds: tuple = ()  # (eager DDP, this variant) seconds per step, one pair per round;
@@ -113,6 +113,24 @@ def _buckets_from(cap_mb: float):
         yield
     finally:
         dist._DEFAULT_FIRST_BUCKET_BYTES = old
+
+
+@contextmanager
+def _restored_after_python_reducer():
+    """A DDP built in ``"python_reducer"`` mode turns on inductor's fusion of its all-reduces
+    and has dynamo inline DDP's own file, for the rest of the process: undo both after."""
+    import torch._inductor.config as inductor
+    from torch._dynamo import trace_rules
+
+    inlined = "torch.nn.parallel.distributed" in trace_rules.LEGACY_MOD_INLINELIST
+    with inductor.patch(_fuse_ddp_communication=inductor._fuse_ddp_communication,
+                        _fuse_ddp_bucket_size=inductor._fuse_ddp_bucket_size):  # fmt: skip
+        try:
+            yield
+        finally:
+            if not inlined:
+                trace_rules.LEGACY_MOD_INLINELIST.discard("torch.nn.parallel.distributed")
+                trace_rules.get_legacy_mod_inlinelist.cache_clear()
 
 
 def _wrap(model: nn.Module, variant: str, log: GraphLog, cap_mb: float) -> nn.Module:
@@ -140,7 +158,7 @@ def _buckets(net: nn.Module) -> int:
         return 0
     if net._use_python_reducer:  # compiled autograd: the all-reduces are in the graph
         return None
-    logged = net._get_ddp_logging_data()  # torch's DDP rebuilds its buckets after step 1
+    logged = net._get_ddp_logging_data()  # rebuilt in arrival order, logged from step 3 on
     return len(logged.get("rebuilt_bucket_sizes", logged["bucket_sizes"]).split(","))
 
 
@@ -160,14 +178,15 @@ def _run(rank: int, variant: str, compiler: str, steps: int, batch: int, cap_mb:
     torch._dynamo.reset()
     counters.clear()
     log = GraphLog(compiler)
-    with torch._dynamo.config.patch(optimize_ddp=VARIANTS[variant]), _buckets_from(cap_mb):
+    mode = torch._dynamo.config.patch(optimize_ddp=VARIANTS[variant])
+    with mode, _buckets_from(cap_mb), _restored_after_python_reducer():
         torch.manual_seed(0)  # the same model on every rank and in every variant
         model = get_model("lenet").double()
         net = _wrap(model, variant, log, cap_mb)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        traced = variant.endswith("compiled autograd")  # the backward too, as a graph
-        backward_in = (lambda: compiled_autograd._enable(torch.compile(backend=log))) if traced \
-            else nullcontext  # fmt: skip
+        backward = torch.compile(backend=log)  # under compiled autograd: the backward's graph
+        traced = variant.endswith("compiled autograd")
+        backward_in = (lambda: compiled_autograd._enable(backward)) if traced else nullcontext
         g = torch.Generator().manual_seed(rank)  # each rank its own batches
         data = [(torch.randn(batch, 1, 28, 28, dtype=torch.float64, generator=g),
                  torch.randint(0, 10, (batch,), generator=g)) for _ in range(steps)]  # fmt: skip
@@ -195,6 +214,8 @@ def _time(net, optimizer, batch, backward_in, rounds, round_steps, cap_mb, alone
     sides = {"eager": (reference,
                        torch.optim.SGD(eager.parameters(), lr=0.1, momentum=0.9), nullcontext),
              "net": (net, optimizer, backward_in)}  # fmt: skip
+    for _ in range(3):  # untimed, as net's first steps were: DDP rebuilds its buckets meanwhile
+        _step(*sides["eager"][:2], *batch, nullcontext)
     pairs = []
     for r in range(rounds):
         took = {}
@@ -231,7 +252,8 @@ def compile_worker(
     round_steps: int = 5,
 ) -> dict[str, Compiled]:
     """Worker: each of ``variants`` trains LeNet (float64, SGD with momentum) for ``steps``
-    steps of ``batch`` samples per rank; ``rounds`` > 0 then times it against eager DDP."""
+    steps of ``batch`` samples per rank; ``rounds`` > 0 then times it against eager DDP.
+    At least 3 steps: torch's DDP logs the buckets it rebuilt after step 1 at step 3."""
     for name in variants:
         check_choice(name, "variant", tuple(VARIANTS))
     for value, name, least in (
@@ -252,7 +274,7 @@ def compile_worker(
                 out[name] = _run(rank, name, compiler, steps, batch, bucket_cap_mb, rounds,
                                  round_steps)  # fmt: skip
             except Exception as err:  # shown as the variant's result: where it breaks
-                out[name] = Compiled(name, (), (), 0, 0.0, [], (), _where(err))
+                out[name] = Compiled(name, (), (), None, 0.0, [], (), _where(err))
     return out
 
 

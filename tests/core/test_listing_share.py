@@ -44,9 +44,10 @@ CHECKS_AT_MOST = 0.05  # the aim; measured: run this file
 # averaging model, and by torch's Join, with its one-process references: 240 lines), whose
 # three listings add 56 listing lines. Raised to 20,341 by chapter 6's internals/compiled.py
 # (issue 58: torch.compile with DDP, nine ways of combining them, graphs counted, steps
-# compared with eager DDP and timed against it: 267 lines) and join_worker's wrapper, whose
-# two listings (the ways, and DDPOptimizer's first bucket) add 28 listing lines.
-TAUGHT_LINES_AIM, TAUGHT_LINES_AT_MOST = 16_000, 20_341
+# compared with eager DDP and timed against it, leaving the process as it found it: 284
+# lines) and join_worker's wrapper, whose two listings (the ways, and DDPOptimizer's first
+# bucket) add 28 listing lines.
+TAUGHT_LINES_AIM, TAUGHT_LINES_AT_MOST = 16_000, 20_358
 LISTING_LINES_AIM, LISTING_LINES_AT_MOST = 3_000, 4_578
 # Names of instruments (a timeline, progress lines, a log writer): a class the book shows
 # teaches a mechanism, and its instrumentation lives beside it (a subclass, a wrapper).

@@ -452,3 +452,17 @@ def small_cap_without_lowering(rank: int, world_size: int) -> str:
     except Exception as err:  # dynamo wraps the backend's error
         return f"{type(err).__name__}: {err}"
     return ""
+
+
+def process_state_after_python_reducer(rank: int, world_size: int) -> tuple[bool, bool]:
+    """Inductor's DDP fusion flag, and whether dynamo inlines DDP's file, after
+    compile_worker ran the compiled-autograd way (a python-reducer DDP sets both)."""
+    import torch._inductor.config as inductor
+    from torch._dynamo import trace_rules
+
+    from companion.internals import compile_worker
+
+    compile_worker(rank, world_size, ("DDP(compile(model)), compiled autograd",),
+                   compiler="aot_eager", batch=2)  # fmt: skip
+    inlined = "torch.nn.parallel.distributed" in trace_rules.LEGACY_MOD_INLINELIST
+    return inductor._fuse_ddp_communication, inlined
