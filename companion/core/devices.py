@@ -31,6 +31,7 @@ __all__ = [
     "synchronize",
     "synchronize_all",
     "cpu_cores",
+    "cpu_label",
     "hardware_label",
 ]
 
@@ -181,5 +182,11 @@ def hardware_label() -> str:
         if len(set(names)) == 1:
             return f"{gpus}x {names[0]}"
         return ", ".join(names)
+    return cpu_label()
+
+
+def cpu_label() -> str:
+    """The CPU's part of :func:`hardware_label`, for work that ran on CPU processes even on a
+    machine with GPUs: ``"CPU, 2 cores (x86_64)"``."""
     cores = cpu_cores()
     return f"CPU, {cores} core{'s' if cores != 1 else ''} ({platform.machine()})"

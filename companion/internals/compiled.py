@@ -94,7 +94,7 @@ class Compiled(NamedTuple):
     variant: str
     graphs: tuple  # (operations, all-reduces) of each graph compiled, in order
     breaks: tuple  # the reason for each kind of graph break, one line each
-    buckets: int | None  # the wrapper's buckets after the steps (None: no C++ reducer, or failed)
+    buckets: int | None  # after the steps; None: no DDP, no C++ reducer, or failed
     first_step_s: float  # the first step, which compiles
     params: list  # after the steps, float64
     rounds: tuple = ()  # (eager DDP, this variant) seconds per step, one pair per round;
@@ -150,14 +150,12 @@ def _wrap(model: nn.Module, variant: str, log: GraphLog, cap_mb: float) -> nn.Mo
     return compiled(BucketedDDP(model, cap_mb))
 
 
-def _buckets(net: nn.Module) -> int:
+def _buckets(net: nn.Module) -> int | None:
     net = getattr(net, "_orig_mod", net)  # under torch.compile
     if isinstance(net, BucketedDDP):
         return len(net.buckets)
-    if not isinstance(net, DDP):
-        return 0
-    if net._use_python_reducer:  # compiled autograd: the all-reduces are in the graph
-        return None
+    if not isinstance(net, DDP) or net._use_python_reducer:  # no DDP, or its all-reduces in
+        return None  # the graph (compiled autograd): no buckets
     logged = net._get_ddp_logging_data()  # rebuilt in arrival order, logged from step 3 on
     return len(logged.get("rebuilt_bucket_sizes", logged["bucket_sizes"]).split(","))
 
@@ -257,18 +255,15 @@ def compile_worker(
     for name in variants:
         check_choice(name, "variant", tuple(VARIANTS))
     for value, name, least in (
-        (steps, "steps", 1),
+        (steps, "steps", 3),
         (batch, "batch", 1),
         (rounds, "rounds", 0),
         (round_steps, "round_steps", 1),
     ):
         check_int(value, name, least)
     check_positive(bucket_cap_mb, "bucket_cap_mb", "give the bucket size in MiB, e.g. 0.1")
-    for name in ("torch._dynamo", "torch._inductor", "torch._guards", "torch.utils.cpp_extension"):
-        logging.getLogger(name).setLevel(logging.CRITICAL)  # off the page: errors come back
     out = {}
-    with warnings.catch_warnings():  # torch warns on Python 3.13.0 (Colab's) that guards are slow
-        warnings.filterwarnings("ignore", "Guards may run slower", RuntimeWarning)
+    with _quiet():
         for name in variants:
             try:
                 out[name] = _run(rank, name, compiler, steps, batch, bucket_cap_mb, rounds,
@@ -276,6 +271,23 @@ def compile_worker(
             except Exception as err:  # shown as the variant's result: where it breaks
                 out[name] = Compiled(name, (), (), None, 0.0, [], (), _where(err))
     return out
+
+
+@contextmanager
+def _quiet():
+    """Compile's log lines, and torch's warning on Python 3.13.0 (Colab's) that guards run
+    slower, off the page while the ways run (errors come back as results); then as before."""
+    names = ("torch._dynamo", "torch._inductor", "torch._guards", "torch.utils.cpp_extension")
+    levels = {name: logging.getLogger(name).level for name in names}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Guards may run slower", RuntimeWarning)
+        try:
+            for name in names:
+                logging.getLogger(name).setLevel(logging.CRITICAL)
+            yield
+        finally:
+            for name, level in levels.items():
+                logging.getLogger(name).setLevel(level)
 
 
 def _where(err: Exception) -> str:

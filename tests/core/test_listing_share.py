@@ -46,8 +46,10 @@ CHECKS_AT_MOST = 0.05  # the aim; measured: run this file
 # (issue 58: torch.compile with DDP, nine ways of combining them, graphs counted, steps
 # compared with eager DDP and timed against it, leaving the process as it found it: 284
 # lines) and join_worker's wrapper, whose two listings (the ways, and DDPOptimizer's first
-# bucket) add 28 listing lines.
-TAUGHT_LINES_AIM, TAUGHT_LINES_AT_MOST = 16_000, 20_358
+# bucket) add 28 listing lines. Then 20,378: the worker restores the log levels it quiets
+# (no process-wide change left behind), and core's cpu_label (compile runs on CPU
+# processes even where GPUs are, and says so).
+TAUGHT_LINES_AIM, TAUGHT_LINES_AT_MOST = 16_000, 20_378
 LISTING_LINES_AIM, LISTING_LINES_AT_MOST = 3_000, 4_578
 # Names of instruments (a timeline, progress lines, a log writer): a class the book shows
 # teaches a mechanism, and its instrumentation lives beside it (a subclass, a wrapper).
