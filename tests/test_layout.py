@@ -34,8 +34,9 @@ FLOORS = {
     "elastic": 8,  # chapter 8
     "sharding": 9,  # chapter 9
     "slowlinks": 10,  # chapter 10
-    "troubleshoot": 11,  # the troubleshooting appendix
-    "commands": 12,  # the command lines: every chapter
+    "samebits": 11,  # chapter 11
+    "troubleshoot": 12,  # the troubleshooting appendix
+    "commands": 13,  # the command lines: every chapter
 }
 # Each chapter's package, in the table of contents' order (the floors must follow it).
 CHAPTERS = {
