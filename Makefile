@@ -119,7 +119,7 @@ COLAB_PYTHON ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.13*/bin/python3
 COLAB_VENV ?= .venv-colab
 COLAB := $(abspath $(COLAB_VENV))/bin
 COLAB_WHEEL := _build/colab-wheel
-COLAB_TESTS := tests/core/test_compat.py tests/sharding tests/slowlinks tests/study tests/elastic/test_package_data.py tests/exercises tests/internals/test_compiled.py
+COLAB_TESTS := tests/core/test_compat.py tests/sharding tests/slowlinks tests/study tests/elastic/test_package_data.py tests/exercises tests/internals/test_compiled.py tests/samebits
 
 $(COLAB_VENV)/.installed: .ci/colab-requirements.txt
 	rm -rf $(COLAB_VENV)

@@ -49,6 +49,7 @@ CHAPTERS = {
     "ch08": "elastic",
     "ch09": "sharding",
     "ch10": "slowlinks",
+    "ch11": "samebits",
     "appendix_troubleshooting": "troubleshoot",
 }
 MAX_LINES = 300

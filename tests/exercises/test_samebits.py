@@ -1,0 +1,43 @@
+"""Chapter 11's checker: the chapter's fingerprint passes; weaker ones fail the cases they
+should, with the reason, and an answer that raises fails without stopping the checker."""
+
+import pytest
+import torch
+
+from companion.samebits import fingerprint
+from companion_tools.exercises.samebits import check_fingerprint
+
+pytestmark = pytest.mark.ch11
+
+
+def test_the_chapter_s_fingerprint_passes():
+    assert check_fingerprint(fingerprint, quiet=True)
+
+
+def test_a_sum_of_values_and_an_xor_fail_what_they_cannot_see():
+    summed = check_fingerprint(lambda t: t.sum(), quiet=True)
+    assert "-0.0 and +0.0 are told apart" in summed.failed
+    assert "float32: every one-bit flip is seen" in summed.failed
+
+    def xor(t):
+        ints = t.reshape(-1).view(torch.int32 if t.element_size() == 4 else torch.int64)
+        out = ints[0].clone()
+        for v in ints[1:]:
+            out ^= v
+        return out
+
+    failed = check_fingerprint(xor, quiet=True).failed
+    assert failed == [
+        "float32: two elements that trade places are seen",
+        "float64: two elements that trade places are seen",
+    ]
+
+
+def test_an_answer_that_raises_fails_its_cases_with_the_error(capsys):
+    def broken(t):
+        raise RuntimeError("not written yet")
+
+    verdicts = check_fingerprint(broken)
+    assert not verdicts and "raised RuntimeError: not written yet" in capsys.readouterr().out
+    with pytest.raises(TypeError, match="needs your fingerprint function"):
+        check_fingerprint("fingerprint")
