@@ -35,6 +35,7 @@ from ..ddp.loop import setup_rank, sgd, wrap_ddp
 from ..runtime.checkpoint import unwrap
 from ..runtime.epochs import Rank, train_epochs
 from ..runtime.group import check_group, rank_device
+from ..study.methods import Method, per_process
 from .exchange import finish_tree
 from .fingerprint import Parted, ReplicaWatch
 from .tree import PieceLoader, nodes_within, tree_sum
@@ -259,3 +260,15 @@ def _check_same_bits(way, optimizer, piece, exchange, threads, flip, resume) -> 
 def same_bits_worker(rank: int, world_size: int, data, profile=None, **options) -> SameBitsResult:
     """:func:`train_same_bits` as a worker of :func:`~companion.runtime.launcher.launch`."""
     return train_same_bits(data, profile, **options)
+
+
+# Chapter 7's study cannot import this chapter (it comes first): this chapter hands it its
+# method, and `python -m companion.study` joins the tables (companion.commands).
+STUDY_METHODS: dict[str, Method] = {
+    "samebits": per_process(
+        same_bits_worker,
+        11,
+        "the pieces' step: the same fp32 bits on every device count (fp32 and a model "
+        "without BatchNorm only; SGD at the study's lr)",
+    ),
+}

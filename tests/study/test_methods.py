@@ -15,7 +15,7 @@ def data(small_sample):  # 256 + 64 digits of the sample (tests/conftest.py)
 def test_the_study_holds_chapters_1_to_6_and_the_command_line_every_chapter_in_order():
     assert [m.chapter for m in METHODS.values()] == [1, 2, 3, 4, 5, 6]
     chapters = [m.chapter for m in STUDY_METHODS.values()]
-    assert chapters == sorted(chapters) and set(chapters) == {1, 2, 3, 4, 5, 6, 9, 10}
+    assert chapters == sorted(chapters) and set(chapters) == {1, 2, 3, 4, 5, 6, 9, 10, 11}
     assert {k: v for k, v in STUDY_METHODS.items() if v.chapter <= 6} == METHODS
 
 
@@ -48,6 +48,20 @@ def test_chapter_10_methods_join_the_study(data):
         records = run_method(name, spec, STUDY_METHODS)
         assert [r.method for r in records] == [name] and records[0].n_devices == 2
         assert 0 < records[0].train_loss < 3 and 0 <= records[0].test_acc <= 1
+
+
+def test_chapter_11_method_joins_the_study_and_is_one_run_on_any_device_count(data):
+    """The pieces' step through the study's runner: 1 and 2 devices record the same test
+    accuracy, exactly (the same bits); the training loss is the loop's bookkeeping, summed
+    per rank, so its last bits follow the split."""
+    assert STUDY_METHODS["samebits"].chapter == 11
+    one, two = (
+        run_method("samebits", RunSpec(data, "lenet", n, 64, 0.1, 1, profile="ci"), STUDY_METHODS)
+        for n in (1, 2)
+    )
+    assert [r.method for r in one + two] == ["samebits"] * 2 and two[0].n_devices == 2
+    assert one[0].test_acc == two[0].test_acc
+    assert one[0].train_loss == pytest.approx(two[0].train_loss, rel=1e-6)
 
 
 def test_a_table_of_ones_own_is_one_line_and_leaves_the_study_s_alone(data):
