@@ -2,15 +2,9 @@
 
 from .exchange import finish_tree, fits_halving, gather_nodes, halving_doubling
 from .fingerprint import Parted, ReplicaWatch, fingerprint
-from .training import (
-    WAYS,
-    Flip,
-    PieceStep,
-    SameBitsResult,
-    one_thread,
-    same_bits_worker,
-    train_same_bits,
-)
+from .resume import resume_same_bits, save_same_bits
+from .step import Flip, PieceStep, one_thread
+from .training import WAYS, SameBitsResult, same_bits_worker, train_same_bits
 from .tree import Node, PieceLoader, children, nodes_within, rank_pieces, tree_sum
 
 __all__ = [
@@ -32,6 +26,8 @@ __all__ = [
     "PieceStep",
     "SameBitsResult",
     "train_same_bits",
+    "save_same_bits",
+    "resume_same_bits",
     "same_bits_worker",
     "WAYS",
 ]

@@ -65,7 +65,7 @@ def halving_doubling(mine: torch.Tensor) -> torch.Tensor:
         theirs = torch.empty(keep[1] - keep[0], dtype=mine.dtype, device=mine.device)
         sendrecv(mine[give[0] : give[1]], rank ^ d, theirs, rank ^ d)
         ours = mine[keep[0] : keep[1]]
-        ours.copy_(ours + theirs if lower else theirs + ours)  # the lower rank's node first
+        ours.add_(theirs)  # addition commutes: both partners get the same bits
         kept.append((lo, hi))
         lo, hi = keep
         d *= 2

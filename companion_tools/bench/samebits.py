@@ -110,15 +110,23 @@ def report(seen: dict, load: Load | None = None) -> str:
     ]
     for n, run in seen["runs"].items():
         ddp = run["seconds"]["DDP"]
-        for name in METHODS:
+        shown = METHODS if n > 1 else METHODS[:2]  # one process: no exchange, one step
+        for name in shown:
             ms = statistics.median(run["seconds"][name]) * 1e3
             ratio = paired_ratio(run["seconds"][name], ddp)
             against = (
                 "" if name == "DDP" else f"{ratio.median:.2f}x ({ratio.low:.2f}-{ratio.high:.2f})"
             )
-            lines.append(f"  {n:<10}{name:<18}{ms:>9.2f}{against:>24}{run['sent'][name]:>12,.0f}")
-        verdict = judge(paired_ratio(run["seconds"]["pieces (halving)"], ddp), 1.0, load)
-        lines.append(f"  {'':<10}pieces (halving) against DDP: {verdict}")
+            label = name if n > 1 else name.split()[0]
+            lines.append(f"  {n:<10}{label:<18}{ms:>9.2f}{against:>24}{run['sent'][name]:>12,.0f}")
+        for name in shown[1:]:
+            verdict = judge(paired_ratio(run["seconds"][name], ddp), 1.0, load)
+            lines.append(f"    {name if n > 1 else 'pieces'} against DDP: {verdict}")
+    threads = ", ".join(f"{n}: {run['threads']}" for n, run in seen["runs"].items())
+    lines += [
+        f"threads per process (processes: threads) for DDP {threads}; the pieces compute at 1",
+        "verdicts: 'above' = slower than DDP in every round, 'below' = faster in every round",
+    ]
     return "\n".join(lines)
 
 

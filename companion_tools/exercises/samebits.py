@@ -3,8 +3,8 @@
 ``check_fingerprint(fn)`` takes ``fn(tensor) -> a number or a 0-dimensional tensor``
 and checks, on tensors of fp32 and fp64: the same bits give the same value, at 1, 2
 and 4 threads; one flipped bit anywhere (every bit of the first, a middle and the
-last element) changes it; two elements that trade places change it; ``-0.0``
-against ``+0.0`` changes it. ``torch.hash_tensor``, an XOR of the bits, fails the
+last element) changes it; two elements that trade places change it, a value
+and its negative too; ``-0.0`` against ``+0.0`` changes it. ``torch.hash_tensor``, an XOR of the bits, fails the
 swap; the sum of the values fails most of them. It prints the cases, never a
 fingerprint that passes.
 """
@@ -78,6 +78,14 @@ def check_fingerprint(fn: Callable, quiet: bool = False) -> Verdicts:
         verdicts.add(f"{kind}: two elements that trade places are seen",
                      not problem and _value(fn, swapped)[0] != first,
                      "weigh each element by its position")  # fmt: skip
+        signed = t.clone()
+        signed[700] = -t[3]
+        traded = signed.clone()
+        traded[[3, 700]] = signed[[700, 3]]
+        verdicts.add(f"{kind}: a value and its negative that trade places are seen",
+                     not problem and _value(fn, traded)[0] != _value(fn, signed)[0],
+                     "their bits differ by the sign's bit alone: 2^31 or 2^63, which an even "
+                     "weight difference can wrap to 0 mod 2^64")  # fmt: skip
     zeros = torch.tensor([0.0, 1.0]), torch.tensor([-0.0, 1.0])
     verdicts.add("-0.0 and +0.0 are told apart", _value(fn, zeros[0])[0] != _value(fn, zeros[1])[0],
                  "read the bits, not the values")  # fmt: skip

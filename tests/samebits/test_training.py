@@ -12,12 +12,14 @@ from companion.core.precision import MathMode
 from companion.core.training import flat_params, train_step
 from companion.ddp.join import OPTIMIZERS
 from companion.runtime import launch
-from companion.samebits import PieceLoader, same_bits_worker, train_same_bits
+from companion.samebits import Flip, PieceLoader, same_bits_worker, train_same_bits
 from tests.samebits.workers import quirky_worker
 
 pytestmark = pytest.mark.ch11
 
-RUNS = [(1, 2), (1, 4), (2, 1), (2, 2), (4, 1)]  # (ranks, threads) against 1 rank, 1 thread
+# (ranks, threads, exchange) against 1 rank at 1 thread; 3 ranks do not divide 64
+RUNS = [(1, 2, "halving"), (1, 4, "halving"), (2, 1, "halving"), (2, 2, "gather"),
+        (3, 1, "halving"), (4, 1, "halving"), (4, 1, "gather")]  # fmt: skip
 
 
 def _train(data, world_size, **options):
@@ -29,10 +31,17 @@ def _train(data, world_size, **options):
 def test_fp32_parameters_are_the_same_bits_on_any_rank_and_thread_count(small, optimizer):
     first = _train(small, 1, optimizer=optimizer, threads=1)[0]
     assert first.steps == 10  # 601 samples: 9 batches of 64 and one of 25 (4 pieces)
-    for world_size, threads in RUNS:
-        runs = _train(small, world_size, optimizer=optimizer, threads=threads)
+    for world_size, threads, exchange in RUNS:
+        runs = _train(small, world_size, optimizer=optimizer, threads=threads, exchange=exchange)
         for run in runs:
-            assert torch.equal(run.params, first.params), (world_size, threads)
+            assert torch.equal(run.params, first.params), (world_size, threads, exchange)
+
+
+def test_ranks_that_hold_no_piece_keep_the_same_bits(small):
+    """Pieces of 16: the last batch (25 samples) has 2, so 2 of 4 ranks hold none."""
+    first = _train(small, 1, optimizer="Adam", piece=16)[0]
+    runs = _train(small, 4, optimizer="Adam", piece=16)
+    assert all(torch.equal(r.params, first.params) for r in runs)
 
 
 def test_the_check_can_fail_ddp_parts_on_two_ranks(small):
@@ -116,6 +125,8 @@ def test_a_resume_on_another_rank_count_is_exact(small, tmp_path, saved_on, resu
         (dict(flip=(1, 0, 0, 0, 0)), "flip must be a Flip"),
         (dict(piece=0), "piece must be an integer >= 1"),
         (dict(threads=0), "threads must be an integer >= 1"),
+        (dict(per_rank_batch=16), "change the run with the rank count"),
+        (dict(scale_lr=True), "change the run with the rank count"),
     ],
 )
 def test_bad_options_say_what_to_do(small, options, match):
@@ -124,11 +135,26 @@ def test_bad_options_say_what_to_do(small, options, match):
 
 
 def test_batchnorm_and_autocast_are_refused_with_the_reason(small):
-    with pytest.raises(Exception, match="BatchNorm, whose running statistics"):
+    with pytest.raises(Exception, match="BatchNorm, which normalises each piece"):
         _train(small, 1, model="lenet-bn")
     with pytest.raises(Exception, match="fp32 or fp64 only"):
         _train(small, 1, precision="bf16")
-    with pytest.raises(Exception, match="resume= needs way='pieces'"):
+    with pytest.raises(Exception, match="resume= and flip= need way='pieces'"):
         _train(small, 1, way="DDP", resume="nowhere.pt")
+    with pytest.raises(Exception, match="resume= and flip= need way='pieces'"):
+        _train(small, 1, way="DDP", flip=Flip(1, 0, 0, 0, 0))
     with pytest.raises(Exception, match="no checkpoint at 'nowhere.pt'"):
         _train(small, 1, resume="nowhere.pt")
+
+
+def test_a_resume_with_another_layout_or_nothing_left_is_refused(small, tmp_path):
+    path = str(tmp_path / "same_bits.pt")
+    _train(small, 2, optimizer="Adam", max_steps=4, save=path)
+    with pytest.raises(Exception, match=r"saved with piece 8 \(now 16\)"):
+        _train(small, 2, optimizer="Adam", piece=16, resume=path)
+    with pytest.raises(Exception, match="optimizer 'Adam' \\(now 'SGD momentum'\\)"):
+        _train(small, 2, optimizer="SGD momentum", resume=path)
+    with pytest.raises(Exception, match="at step 4, max_steps=3: nothing to train"):
+        _train(small, 2, optimizer="Adam", max_steps=3, resume=path)
+    with pytest.raises(Exception, match="outside lenet's trainable parameters"):
+        _train(small, 2, flip=Flip(1, 0, 10, 0, 0))
