@@ -1,6 +1,7 @@
 """Chapter 11: what the same bits cost, against chapter 5's DDP, on 1, 2 and 4 processes.
 
-Every rank times training steps of three copies of one model on one global
+Every rank, a CPU process under gloo on any machine (chapter 11's pieces are
+checked there only), times training steps of three copies of one model on one global
 batch, in interleaved rounds within one run, who goes first rotating: torch's
 DDP on the rank's share; chapter 11's pieces step, finished by recursive
 halving and doubling; the same finished by gathering every rank's node sums.
@@ -21,6 +22,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from companion.core.devices import cpu_label
 from companion.core.models import get_model
 from companion.core.noise import Load, judge, paired_ratio
 from companion.core.training import set_seed
@@ -91,10 +93,10 @@ def measure(
         max(world_sizes), profile, model=model, global_batch=global_batch, rounds=rounds,
         steps=steps,
     )  # fmt: skip
-    seen = dict(settings, piece=piece, runs={})
+    seen = dict(settings, piece=piece, runs={}, hardware=cpu_label())  # CPU processes only
     for n in world_sizes:
         seen["runs"][n] = launch(cost_worker, n, settings["model"], settings["global_batch"],
-                                 piece, rounds, steps, timeout=600)[0]  # fmt: skip
+                                 piece, rounds, steps, backend="gloo", timeout=600)[0]  # fmt: skip
     return seen
 
 
