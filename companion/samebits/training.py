@@ -134,8 +134,8 @@ def _check_pieces(cfg: DDPConfig, flip: Flip | None) -> None:
     if rank_device().type != "cpu":
         raise ValueError(
             "the pieces' step is checked on CPU processes only: launch it with backend='gloo' "
-            "(on a GPU the same bits need deterministic kernels and fp32 without TF32: "
-            "chapter 11, exercise 5)"
+            "(on a GPU the same bits would need deterministic kernels, and fp32 results "
+            "TF32 off: chapter 11, exercise 5)"
         )
     net = get_model(cfg.model)
     if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in net.modules()):
