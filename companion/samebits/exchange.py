@@ -12,8 +12,8 @@ Each rank has added up the nodes inside its block of pieces
 * :func:`halving_doubling`, when the ranks hold equal blocks that are nodes of
   a complete tree (``N`` and the piece count powers of two): the tree's top
   levels are the rounds of a recursive halving. In round ``d`` rank ``r`` and
-  rank ``r XOR d`` swap halves of what they still hold and add the lower
-  rank's node to the upper one's; after ``log2 N`` rounds each rank holds a
+  rank ``r XOR d`` swap halves of what they still hold and each adds the half
+  it received to the half it kept (addition commutes: the same bits); after ``log2 N`` rounds each rank holds a
   ``1/N`` slice of the root, and the same rounds backwards gather the slices.
   A rank sends ``2 (N - 1) / N`` vectors: an all-reduce's bytes, in
   ``2 log2 N`` messages instead of a ring's ``2 (N - 1)``.
